@@ -1,0 +1,46 @@
+# servelab — the two commands of README.md, and a few helpers.
+#   make run    set up, build, and chat with the default model (SmolLM2-135M-Instruct)
+#   make test   set up, build, and run the whole test suite through ctest
+# Both are idempotent: re-running skips what is already installed or built.
+
+JOBS ?= $(shell nproc)
+PYTHON := .venv/bin/python
+MODEL := data/models/SmolLM2-135M-Instruct.Q4_1.gguf
+QUESTION ?= What is the capital of France? Answer in one sentence.
+
+.PHONY: run test setup build build-fuzz test-unit test-fuzz model goldens bench clean
+
+setup:
+	@bash tools/setup.sh
+
+model: setup
+
+build: setup
+	@cmake --preset release >/dev/null
+	@cmake --build --preset release -j $(JOBS)
+
+build-fuzz: setup
+	@cmake --preset fuzz >/dev/null
+	@cmake --build --preset fuzz -j $(JOBS)
+
+# Starts with the fixed question; keeps chatting while stdin is a terminal.
+run: build
+	@build/release/servelab chat --model $(MODEL) --message "$(QUESTION)" --max-tokens 128
+
+test: build build-fuzz
+	@ctest --preset release -j $(JOBS)
+	@ctest --preset fuzz
+
+# Regenerate the committed goldens from llama.cpp (llama-cpp-python builds
+# llama.cpp from source: several minutes) and the gguf package.
+goldens: setup
+	@.venv/bin/python -m pip install -q -r tools/requirements-goldens.txt
+	@.venv/bin/python tools/make_tokenizer_goldens.py
+	@.venv/bin/python tools/make_llamacpp_goldens.py
+	@.venv/bin/python tools/make_dequant_goldens.py
+
+bench: build
+	@build/release/servelab bench --model $(MODEL)
+
+clean:
+	rm -rf build

@@ -1,0 +1,79 @@
+// cli_options.cpp — see cli_options.h.
+#include "reference/cli/cli_options.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+#include <chrono>
+
+#include "reference/common/error.h"
+
+namespace servelab::cli {
+
+void ModelOptions::add_to(CLI::App& command) {
+    command.add_option("-m,--model", path, "GGUF model file (llama architecture)")
+        ->capture_default_str();
+    command.add_option("-t,--threads", threads, "CPU threads (0 = all cores)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+}
+
+Model ModelOptions::load() const {
+    if (threads > 0) omp_set_num_threads(threads);
+    const auto start = std::chrono::steady_clock::now();
+    Model model = Model::load(path);
+    const double load_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    spdlog::info("loaded {} ({} layers, dim {}, {} heads / {} kv heads, vocab {}) in {:.0f} ms",
+                 model.config.name.empty() ? path : model.config.name, model.config.num_layers,
+                 model.config.dim, model.config.num_heads, model.config.num_kv_heads,
+                 model.config.vocab_size, load_ms);
+    return model;
+}
+
+void SamplingOptions::add_to(CLI::App& command) {
+    command.add_option("--max-tokens", params.max_tokens, "most tokens to generate")
+        ->capture_default_str();
+    command.add_option("--temperature", params.temperature, "0 = greedy")->capture_default_str();
+    command.add_option("--top-k", params.top_k, "0 = off")->capture_default_str();
+    command.add_option("--top-p", params.top_p, "1 = off")->capture_default_str();
+    command.add_option("--min-p", params.min_p, "0 = off")->capture_default_str();
+    command.add_option("--repetition-penalty", params.repetition_penalty, "1 = off")
+        ->capture_default_str();
+    command
+        .add_option("--repetition-window", params.repetition_window,
+                    "last tokens the penalty sees (0 = all)")
+        ->capture_default_str();
+    command.add_option("--seed", params.seed, "random seed of this request")->capture_default_str();
+    command.add_option("--stop", stop_strings, "stop string (repeatable)");
+    command.add_flag("--ignore-eos", params.ignore_eos, "do not stop at end-of-generation tokens");
+}
+
+SamplingParams SamplingOptions::resolve() const {
+    SamplingParams resolved = params;
+    resolved.stop_strings = stop_strings;
+    resolved.validate();
+    return resolved;
+}
+
+std::vector<int32_t> parse_token_list(const std::string& text) {
+    std::vector<int32_t> ids;
+    size_t start = 0;
+    while (start <= text.size()) {
+        size_t end = text.find(',', start);
+        if (end == std::string::npos) end = text.size();
+        const std::string item = text.substr(start, end - start);
+        int32_t id = 0;
+        const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), id);
+        if (item.empty() || ec != std::errc() || ptr != item.data() + item.size()) {
+            throw Error(fmt::format("--tokens: '{}' is not a token id", item));
+        }
+        ids.push_back(id);
+        start = end + 1;
+    }
+    return ids;
+}
+
+}  // namespace servelab::cli

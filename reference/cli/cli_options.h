@@ -1,0 +1,40 @@
+// cli_options.h — flags shared by several servelab subcommands.
+//
+// Part of the CLI (all labs). Each subcommand file (cmd_*.cpp) registers its
+// own flags; the groups used by more than one live here so they are spelled
+// and documented once.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+#include "reference/model/model.h"
+#include "reference/sampling/sampling_params.h"
+
+namespace servelab::cli {
+
+inline constexpr const char* kDefaultModelPath = "data/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+struct ModelOptions {
+    std::string path = kDefaultModelPath;
+    int threads = 0;  // 0 = OpenMP's default (all cores)
+
+    void add_to(CLI::App& command);
+    // Applies --threads, loads the model and logs what was loaded.
+    Model load() const;
+};
+
+struct SamplingOptions {
+    SamplingParams params;
+    std::vector<std::string> stop_strings;
+
+    void add_to(CLI::App& command);
+    SamplingParams resolve() const;  // validated; throws servelab::Error
+};
+
+// "1,2,3" → {1, 2, 3}; throws servelab::Error naming the bad item.
+std::vector<int32_t> parse_token_list(const std::string& text);
+
+}  // namespace servelab::cli

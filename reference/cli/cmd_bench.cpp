@@ -1,0 +1,139 @@
+// cmd_bench.cpp — `servelab bench`: prefill and decode throughput, as JSON.
+//
+// Part of the CLI (all labs). Measures, on the loaded model and this machine:
+//   prefill: one forward pass over a prompt of --prompt-tokens tokens;
+//   decode:  --gen-tokens greedy tokens after it, with the latency of each
+//            step by position (naive decoding recomputes the whole sequence,
+//            so the latency grows with the position — Lab 1's lesson).
+// Each figure is the median of --repeats runs. Record results in docs/perf.md
+// with the machine and the date.
+#include <fmt/format.h>
+#include <omp.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <memory>
+
+#include "reference/cli/cli_options.h"
+#include "reference/cli/commands.h"
+#include "reference/common/error.h"
+#include "reference/engine/generator.h"
+
+namespace servelab::cli {
+namespace {
+
+constexpr const char* kBenchText =
+    "The history of computing is a story of layers: each generation of engineers builds on "
+    "the abstractions of the last, and the best systems let a reader see every layer at once. ";
+
+double median(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    const size_t n = values.size();
+    return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+std::string cpu_model_name() {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(cpuinfo, line)) {
+        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+    }
+    return "unknown";
+}
+
+std::string utc_date() {
+    const std::time_t now = std::time(nullptr);
+    char text[32];
+    std::strftime(text, sizeof text, "%Y-%m-%d", std::gmtime(&now));
+    return text;
+}
+
+// A realistic prompt: English text, tokenized, repeated to the length asked for.
+std::vector<TokenId> bench_prompt(const Tokenizer& tokenizer, int64_t num_tokens) {
+    const std::vector<TokenId> paragraph = tokenizer.encode(kBenchText, false);
+    std::vector<TokenId> prompt;
+    while (int64_t(prompt.size()) < num_tokens) {
+        prompt.push_back(paragraph[prompt.size() % paragraph.size()]);
+    }
+    return prompt;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+    struct Options {
+        ModelOptions model;
+        int64_t prompt_tokens = 64;
+        int32_t gen_tokens = 32;
+        int repeats = 3;
+    };
+    auto opts = std::make_shared<Options>();
+    CLI::App* cmd = app.add_subcommand("bench", "measure prefill and decode speed (JSON)");
+    opts->model.add_to(*cmd);
+    cmd->add_option("--prompt-tokens", opts->prompt_tokens)
+        ->check(CLI::Range(1, 1 << 20))
+        ->capture_default_str();
+    cmd->add_option("--gen-tokens", opts->gen_tokens)
+        ->check(CLI::Range(1, 1 << 20))
+        ->capture_default_str();
+    cmd->add_option("--repeats", opts->repeats)->check(CLI::Range(1, 1000))->capture_default_str();
+    cmd->callback([opts] {
+        Model model = opts->model.load();
+        if (opts->prompt_tokens + opts->gen_tokens > model.config.context_length) {
+            throw Error(
+                fmt::format("bench: {} prompt + {} generated tokens exceed the context "
+                            "length {}",
+                            opts->prompt_tokens, opts->gen_tokens, model.config.context_length));
+        }
+        ModelRunner runner(model.config, model.weights);
+        const std::vector<TokenId> prompt = bench_prompt(model.tokenizer, opts->prompt_tokens);
+        SamplingParams greedy;
+        greedy.max_tokens = opts->gen_tokens;
+        greedy.ignore_eos = true;  // always generate the full count
+
+        std::vector<double> prefill_ms;
+        std::vector<double> decode_ms;
+        std::vector<std::vector<double>> latency_by_step(size_t(opts->gen_tokens));
+        for (int r = 0; r < opts->repeats; ++r) {
+            const auto start = std::chrono::steady_clock::now();
+            runner.forward({prompt, 0});
+            prefill_ms.push_back(
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                    .count());
+            const GenerationResult result =
+                generate_naive(runner, model.config, model.tokenizer, prompt, greedy);
+            decode_ms.push_back(result.timings.total_ms - result.timings.first_step_ms);
+            for (size_t i = 0; i < result.timings.step_latency_ms.size(); ++i) {
+                latency_by_step[i].push_back(result.timings.step_latency_ms[i]);
+            }
+        }
+
+        nlohmann::json latency = nlohmann::json::array();
+        for (size_t i = 0; i < latency_by_step.size(); ++i) {
+            latency.push_back({{"position", opts->prompt_tokens + int64_t(i)},
+                               {"latency_ms", median(latency_by_step[i])}});
+        }
+        const double decode_steps = double(opts->gen_tokens - 1);
+        const nlohmann::json report = {
+            {"model", model.config.name},
+            {"mode", "naive decoding (no KV cache), fp32 weights"},
+            {"machine", {{"cpu", cpu_model_name()}, {"threads", omp_get_max_threads()}}},
+            {"date", utc_date()},
+            {"prompt_tokens", opts->prompt_tokens},
+            {"gen_tokens", opts->gen_tokens},
+            {"repeats", opts->repeats},
+            {"prefill_ms", median(prefill_ms)},
+            {"prefill_tokens_per_s", 1000.0 * double(opts->prompt_tokens) / median(prefill_ms)},
+            {"decode_tokens_per_s",
+             decode_steps > 0 ? 1000.0 * decode_steps / median(decode_ms) : 0.0},
+            {"latency_by_position", latency},
+        };
+        std::printf("%s\n", report.dump(2).c_str());
+    });
+}
+
+}  // namespace servelab::cli

@@ -1,0 +1,87 @@
+// cmd_chat.cpp — `servelab chat`: an interactive ChatML conversation.
+//
+// Part of the CLI (Lab 1). Each turn re-renders the whole conversation as
+// ChatML and generates the assistant's reply, streamed as it is decoded.
+// With --message, that message is the first turn; further turns are read
+// from stdin, one line each (so `make run` answers its fixed question and
+// then, in a terminal, keeps chatting). An empty line, "exit" or end of
+// input ends the chat.
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "reference/cli/cli_options.h"
+#include "reference/cli/commands.h"
+#include "reference/engine/generator.h"
+#include "reference/model/chat_format.h"
+
+namespace servelab::cli {
+namespace {
+
+struct ChatOptions {
+    ModelOptions model;
+    SamplingOptions sampling;
+    std::string system = std::string(kSmolLmDefaultSystemPrompt);
+    std::string message;
+};
+
+std::string reply(const Model& model, ModelRunner& runner, const SamplingParams& params,
+                  const std::vector<ChatMessage>& conversation) {
+    const std::string prompt = format_chatml(conversation, /*add_generation_prompt=*/true);
+    const std::vector<TokenId> prompt_ids = model.tokenizer.encode(prompt, true);
+    const GenerationResult result =
+        generate_naive(runner, model.config, model.tokenizer, prompt_ids, params,
+                       [](TokenId, const std::string& piece) {
+                           std::fwrite(piece.data(), 1, piece.size(), stdout);
+                           std::fflush(stdout);
+                       });
+    std::printf("\n");
+    spdlog::debug("{} prompt tokens, {} generated, {:.2f} tok/s, finish: {}", prompt_ids.size(),
+                  result.tokens.size(),
+                  1000.0 * double(result.tokens.size()) / result.timings.total_ms,
+                  finish_reason_name(result.finish_reason));
+    return result.text;
+}
+
+}  // namespace
+
+void add_chat_command(CLI::App& app) {
+    auto opts = std::make_shared<ChatOptions>();
+    opts->sampling.params.max_tokens = 256;
+    CLI::App* cmd = app.add_subcommand("chat", "chat with the model (ChatML)");
+    opts->model.add_to(*cmd);
+    opts->sampling.add_to(*cmd);
+    cmd->add_option("--system", opts->system, "system prompt")->capture_default_str();
+    cmd->add_option("--message", opts->message, "first user message");
+    cmd->callback([opts] {
+        const SamplingParams params = opts->sampling.resolve();
+        Model model = opts->model.load();
+        ModelRunner runner(model.config, model.weights);
+        const bool interactive = isatty(STDIN_FILENO) != 0;
+
+        std::vector<ChatMessage> conversation;
+        if (!opts->system.empty()) conversation.push_back({"system", opts->system});
+        std::string user_text = opts->message;
+        if (!user_text.empty()) std::printf("> %s\n", user_text.c_str());
+        while (true) {
+            if (user_text.empty()) {
+                if (interactive) {
+                    std::printf("> ");
+                    std::fflush(stdout);
+                }
+                if (!std::getline(std::cin, user_text) || user_text.empty() ||
+                    user_text == "exit") {
+                    break;
+                }
+            }
+            conversation.push_back({"user", user_text});
+            conversation.push_back({"assistant", reply(model, runner, params, conversation)});
+            user_text.clear();
+        }
+    });
+}
+
+}  // namespace servelab::cli

@@ -1,0 +1,53 @@
+// cmd_make_tiny_model.cpp — `servelab make-tiny-model`: write a small random llama GGUF.
+//
+// Part of the CLI (test tooling). The same generator the unit tests use, so
+// the Python oracle tests and students can make models of any shape.
+#include <spdlog/spdlog.h>
+
+#include <memory>
+
+#include "reference/cli/commands.h"
+#include "reference/model/tiny_model.h"
+
+namespace servelab::cli {
+
+void add_make_tiny_model_command(CLI::App& app) {
+    struct Options {
+        std::string out;
+        std::string weight_type = "f32";
+        bool untied = false;
+        TinyModelOptions model;
+    };
+    auto opts = std::make_shared<Options>();
+    CLI::App* cmd = app.add_subcommand("make-tiny-model", "write a small random llama GGUF");
+    cmd->add_option("-o,--out", opts->out, "output path")->required();
+    cmd->add_option("--seed", opts->model.seed, "random seed")->capture_default_str();
+    cmd->add_option("--weight-type", opts->weight_type, "f32, f16, bf16, q8_0, q4_0, q4_1")
+        ->capture_default_str();
+    cmd->add_flag("--untied", opts->untied, "write a separate output.weight");
+    cmd->add_option("--layers", opts->model.num_layers)
+        ->check(CLI::Range(1, 64))
+        ->capture_default_str();
+    cmd->add_option("--dim", opts->model.dim)->check(CLI::Range(2, 4096))->capture_default_str();
+    cmd->add_option("--heads", opts->model.num_heads)
+        ->check(CLI::Range(1, 64))
+        ->capture_default_str();
+    cmd->add_option("--kv-heads", opts->model.num_kv_heads)
+        ->check(CLI::Range(1, 64))
+        ->capture_default_str();
+    cmd->add_option("--ffn-dim", opts->model.ffn_dim)
+        ->check(CLI::Range(1, 16384))
+        ->capture_default_str();
+    cmd->add_option("--context", opts->model.context_length)
+        ->check(CLI::Range(2, 1 << 20))
+        ->capture_default_str();
+    cmd->callback([opts] {
+        opts->model.weight_type = parse_weight_type(opts->weight_type);
+        opts->model.tied_embeddings = !opts->untied;
+        write_tiny_model(opts->model, opts->out);
+        spdlog::info("wrote {} ({} weights, {})", opts->out, opts->weight_type,
+                     opts->untied ? "untied head" : "tied head");
+    });
+}
+
+}  // namespace servelab::cli

@@ -1,0 +1,20 @@
+// commands.h — the servelab subcommands, one file each (cmd_<name>.cpp).
+//
+// Part of the CLI (all labs). Each function adds one subcommand to the app;
+// its callback runs the command and throws servelab::Error on bad input,
+// which main() turns into one line on stderr and a non-zero exit.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace servelab::cli {
+
+void add_generate_command(CLI::App& app);         // prompt → text (--json: ids, timings)
+void add_chat_command(CLI::App& app);             // interactive ChatML chat, streamed
+void add_info_command(CLI::App& app);             // metadata, tensor table, sizes
+void add_bench_command(CLI::App& app);            // prefill/decode throughput as JSON
+void add_logits_command(CLI::App& app);           // raw logits of a prompt (oracle tests)
+void add_make_tiny_model_command(CLI::App& app);  // random small llama GGUF
+void add_devices_command(CLI::App& app);          // CPU threads, CUDA GPUs
+
+}  // namespace servelab::cli

@@ -1,0 +1,119 @@
+// model_runner.cpp — see model_runner.h.
+#include "reference/engine/model_runner.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/residual.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
+#include "reference/common/error.h"
+
+namespace servelab {
+
+ModelRunner::ModelRunner(const ModelConfig& config, const ModelWeights& weights)
+    : config_(config), weights_(weights) {}
+
+void ModelRunner::check_step(const StepInput& step) const {
+    if (step.tokens.empty()) throw Error("forward: a step needs at least one token");
+    // Without a KV cache there are no earlier keys to attend to, so a step
+    // must hold the whole sequence from position 0.
+    if (step.start_position != 0) {
+        throw Error("forward: without a KV cache a step must start at position 0");
+    }
+    const int64_t end_position = step.start_position + int64_t(step.tokens.size());
+    if (step.start_position < 0 || end_position > config_.context_length) {
+        throw Error(fmt::format("forward: positions [{}, {}) exceed the context length {}",
+                                step.start_position, end_position, config_.context_length));
+    }
+    for (TokenId id : step.tokens) {
+        if (id < 0 || id >= config_.vocab_size) {
+            throw Error(fmt::format("forward: token id {} is outside the vocabulary [0, {})", id,
+                                    config_.vocab_size));
+        }
+    }
+}
+
+void ModelRunner::resize_buffers(int64_t num_tokens) {
+    const auto n = [num_tokens](int64_t width) { return size_t(num_tokens * width); };
+    x_.resize(n(config_.dim));
+    normed_.resize(n(config_.dim));
+    q_.resize(n(config_.q_dim()));
+    k_.resize(n(config_.kv_dim()));
+    v_.resize(n(config_.kv_dim()));
+    attn_out_.resize(n(config_.q_dim()));
+    delta_.resize(n(config_.dim));
+    gate_.resize(n(config_.ffn_dim));
+    up_.resize(n(config_.ffn_dim));
+    positions_.resize(size_t(num_tokens));
+}
+
+std::vector<float> ModelRunner::forward(const StepInput& step) {
+    check_step(step);
+    const int64_t num_tokens = int64_t(step.tokens.size());
+    const int64_t dim = config_.dim;
+    resize_buffers(num_tokens);
+
+    for (int64_t t = 0; t < num_tokens; ++t) {
+        positions_[size_t(t)] = step.start_position + t;
+        const float* row = weights_.token_embedding.data() + int64_t(step.tokens[size_t(t)]) * dim;
+        std::memcpy(x_.data() + t * dim, row, size_t(dim) * sizeof(float));
+    }
+
+    for (const LayerWeights& layer : weights_.layers) {
+        attention_block(layer, step);
+        mlp_block(layer, num_tokens);
+    }
+
+    // Only the rows that need logits go through the final norm and the head.
+    const int64_t first_row = step.logits_for == LogitsFor::kLastToken ? num_tokens - 1 : 0;
+    const int64_t num_rows = num_tokens - first_row;
+    rmsnorm_rows(x_.data() + first_row * dim, weights_.output_norm.data(), normed_.data(), num_rows,
+                 dim, config_.rms_norm_eps);
+    std::vector<float> logits(size_t(num_rows * config_.vocab_size));
+    matmul(normed_.data(), weights_.output_matrix(), logits.data(), num_rows, dim,
+           config_.vocab_size);
+    return logits;
+}
+
+void ModelRunner::attention_block(const LayerWeights& layer, const StepInput& step) {
+    const int64_t num_tokens = int64_t(step.tokens.size());
+    const int64_t dim = config_.dim;
+    rmsnorm_rows(x_.data(), layer.attn_norm.data(), normed_.data(), num_tokens, dim,
+                 config_.rms_norm_eps);
+    matmul(normed_.data(), layer.wq.data(), q_.data(), num_tokens, dim, config_.q_dim());
+    matmul(normed_.data(), layer.wk.data(), k_.data(), num_tokens, dim, config_.kv_dim());
+    matmul(normed_.data(), layer.wv.data(), v_.data(), num_tokens, dim, config_.kv_dim());
+
+    const RopeParams rope{config_.head_dim, config_.rope_dim, config_.rope_freq_base};
+    rope_apply_rows(q_.data(), positions_.data(), num_tokens, config_.num_heads, rope);
+    rope_apply_rows(k_.data(), positions_.data(), num_tokens, config_.num_kv_heads, rope);
+
+    // Without a cache the keys and values are exactly this step's: the whole
+    // sequence, recomputed (Lab 1). A KV cache would append k_/v_ here and
+    // attend over everything cached so far.
+    const AttentionShape shape{num_tokens, num_tokens, config_.num_heads, config_.num_kv_heads,
+                               config_.head_dim};
+    attention_causal(q_.data(), k_.data(), v_.data(), attn_out_.data(), shape);
+
+    matmul(attn_out_.data(), layer.wo.data(), delta_.data(), num_tokens, config_.q_dim(), dim);
+    add_inplace(x_.data(), delta_.data(), num_tokens * dim);
+}
+
+void ModelRunner::mlp_block(const LayerWeights& layer, int64_t num_tokens) {
+    const int64_t dim = config_.dim;
+    const int64_t ffn_dim = config_.ffn_dim;
+    rmsnorm_rows(x_.data(), layer.ffn_norm.data(), normed_.data(), num_tokens, dim,
+                 config_.rms_norm_eps);
+    matmul(normed_.data(), layer.w_gate.data(), gate_.data(), num_tokens, dim, ffn_dim);
+    matmul(normed_.data(), layer.w_up.data(), up_.data(), num_tokens, dim, ffn_dim);
+    swiglu(gate_.data(), up_.data(), gate_.data(), num_tokens * ffn_dim);
+    matmul(gate_.data(), layer.w_down.data(), delta_.data(), num_tokens, ffn_dim, dim);
+    add_inplace(x_.data(), delta_.data(), num_tokens * dim);
+}
+
+}  // namespace servelab

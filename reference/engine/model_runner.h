@@ -1,0 +1,74 @@
+// model_runner.h — the llama forward pass on the CPU.
+//
+// Part of the engine (Lab 1; chapter: why decoding is serial). Given the
+// token ids of one step, runs every layer and returns logits:
+//
+//   x = embed[tokens]
+//   for each layer:
+//     h = rmsnorm(x);  q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ;  rope(q, k)
+//     x += attention(q, k, v) · Woᵀ
+//     h = rmsnorm(x);  x += (silu(h·Wgateᵀ) * h·Wupᵀ) · Wdownᵀ
+//   logits = rmsnorm(x) · Woutputᵀ
+//
+// Lab 1 (naive decoding) has no KV cache: every step passes the WHOLE
+// sequence, starting at position 0, and attention sees only this step's keys.
+// The step is already shaped for a cache: `StepInput` names the first
+// position, and attention's keys are looked up in one place (`attend`), so
+// Lab 2 changes what is passed, not the walk through the layers.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "reference/model/model_config.h"
+#include "reference/model/model_weights.h"
+#include "reference/model/tokenizer.h"
+
+namespace servelab {
+
+// Which positions of the step need logits. Generation needs only the last
+// one; the vocabulary projection is the largest matmul, so skipping the rest
+// matters. Oracle tests ask for all of them.
+enum class LogitsFor { kLastToken, kAllTokens };
+
+struct StepInput {
+    std::span<const TokenId> tokens;  // the tokens computed this step
+    int64_t start_position = 0;       // position of tokens[0]; always 0 without a cache
+    LogitsFor logits_for = LogitsFor::kLastToken;
+};
+
+class ModelRunner {
+  public:
+    // The runner keeps references: config and weights must outlive it.
+    ModelRunner(const ModelConfig& config, const ModelWeights& weights);
+
+    // Returns logits, (rows, vocab_size) row-major with rows = 1 for
+    // kLastToken and tokens.size() for kAllTokens. Throws servelab::Error on
+    // an empty step, an out-of-range token id or a position past the context.
+    std::vector<float> forward(const StepInput& step);
+
+  private:
+    void check_step(const StepInput& step) const;
+    void resize_buffers(int64_t num_tokens);
+    void attention_block(const LayerWeights& layer, const StepInput& step);
+    void mlp_block(const LayerWeights& layer, int64_t num_tokens);
+
+    const ModelConfig& config_;
+    const ModelWeights& weights_;
+
+    // Activations of the current step, sized for num_tokens (T) on demand
+    // (llama2.c's RunState, one step at a time).
+    std::vector<float> x_;            // (T, dim) residual stream
+    std::vector<float> normed_;       // (T, dim) rmsnorm(x)
+    std::vector<float> q_;            // (T, num_heads, head_dim)
+    std::vector<float> k_;            // (T, num_kv_heads, head_dim)
+    std::vector<float> v_;            // (T, num_kv_heads, head_dim)
+    std::vector<float> attn_out_;     // (T, num_heads, head_dim)
+    std::vector<float> delta_;        // (T, dim) output of a sub-block, added to x
+    std::vector<float> gate_;         // (T, ffn_dim)
+    std::vector<float> up_;           // (T, ffn_dim)
+    std::vector<int64_t> positions_;  // (T)
+};
+
+}  // namespace servelab

@@ -1,0 +1,99 @@
+// model_config.cpp — see model_config.h.
+#include "reference/model/model_config.h"
+
+#include <fmt/format.h>
+
+#include "reference/common/error.h"
+#include "reference/model/gguf_reader.h"
+
+namespace servelab {
+namespace {
+
+// Large enough for any real llama model, small enough that products of these
+// values cannot overflow int64 and a hostile file cannot ask for terabytes.
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxWidth = 1 << 17;
+constexpr int64_t kMaxHeads = 1024;
+constexpr int64_t kMaxContext = 1 << 24;
+
+int64_t read_positive(const GgufFile& file, const std::string& key, int64_t max_value) {
+    const uint64_t value = file.get_uint(key);
+    if (value == 0 || value > uint64_t(max_value)) {
+        throw Error(
+            fmt::format("model config: '{}' = {} is out of range [1, {}]", key, value, max_value));
+    }
+    return int64_t(value);
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
+    ModelConfig config;
+    config.architecture = file.get_string("general.architecture");
+    if (config.architecture != "llama") {
+        throw Error(
+            fmt::format("model config: architecture '{}' is not supported (servelab runs 'llama')",
+                        config.architecture));
+    }
+    config.name = file.get_string("general.name", "");
+    const std::string arch = config.architecture + ".";
+
+    config.num_layers = read_positive(file, arch + "block_count", kMaxLayers);
+    config.dim = read_positive(file, arch + "embedding_length", kMaxWidth);
+    config.ffn_dim = read_positive(file, arch + "feed_forward_length", 4 * kMaxWidth);
+    config.num_heads = read_positive(file, arch + "attention.head_count", kMaxHeads);
+    // Files written before GQA existed omit head_count_kv: then every query
+    // head has its own KV head (MHA).
+    config.num_kv_heads = file.find(arch + "attention.head_count_kv")
+                              ? read_positive(file, arch + "attention.head_count_kv", kMaxHeads)
+                              : config.num_heads;
+    config.context_length = read_positive(file, arch + "context_length", kMaxContext);
+
+    if (config.dim % config.num_heads != 0) {
+        throw Error(
+            fmt::format("model config: embedding_length {} is not divisible by "
+                        "head_count {}",
+                        config.dim, config.num_heads));
+    }
+    if (config.num_heads % config.num_kv_heads != 0) {
+        throw Error(
+            fmt::format("model config: head_count {} is not divisible by "
+                        "head_count_kv {}",
+                        config.num_heads, config.num_kv_heads));
+    }
+    config.head_dim = config.dim / config.num_heads;
+    config.rope_dim =
+        int64_t(file.get_uint(arch + "rope.dimension_count", uint64_t(config.head_dim)));
+    if (config.rope_dim <= 0 || config.rope_dim > config.head_dim || config.rope_dim % 2 != 0) {
+        throw Error(
+            fmt::format("model config: rope.dimension_count {} must be even and in "
+                        "[2, head_dim = {}]",
+                        config.rope_dim, config.head_dim));
+    }
+    config.rope_freq_base = float(file.get_float(arch + "rope.freq_base", 10000.0));
+    config.rms_norm_eps = float(file.get_float(arch + "attention.layer_norm_rms_epsilon", 1e-5));
+    if (!(config.rope_freq_base > 1.0f) || !(config.rms_norm_eps > 0.0f) ||
+        !(config.rms_norm_eps < 1.0f)) {
+        throw Error(fmt::format("model config: rope.freq_base {} or rms epsilon {} out of range",
+                                config.rope_freq_base, config.rms_norm_eps));
+    }
+
+    // The vocabulary size is the number of rows of the embedding table; the
+    // metadata key, when present, must agree with it.
+    const GgufTensorInfo* embedding = file.find_tensor("token_embd.weight");
+    if (embedding == nullptr) throw Error("model: missing required tensor 'token_embd.weight'");
+    if (embedding->dims.size() != 2 || embedding->dims[0] != config.dim) {
+        throw Error(
+            fmt::format("model: tensor 'token_embd.weight' must be [{}, vocab]", config.dim));
+    }
+    config.vocab_size = embedding->dims[1];
+    const uint64_t declared_vocab = file.get_uint(arch + "vocab_size", uint64_t(config.vocab_size));
+    if (int64_t(declared_vocab) != config.vocab_size) {
+        throw Error(fmt::format("model config: vocab_size {} disagrees with token_embd rows {}",
+                                declared_vocab, config.vocab_size));
+    }
+    config.tied_embeddings = file.find_tensor("output.weight") == nullptr;
+    return config;
+}
+
+}  // namespace servelab

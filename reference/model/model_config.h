@@ -1,0 +1,45 @@
+// model_config.h — the hyperparameters of a llama-family model, read from GGUF.
+//
+// Part of the model loader (all labs). Keys are `{arch}.*` where arch is
+// `general.architecture` ("llama" for SmolLM2). Every value is checked for
+// sanity (positive, divisible, within limits) so that later code can index
+// with them without re-checking.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace servelab {
+
+class GgufFile;
+
+struct ModelConfig {
+    std::string architecture;         // general.architecture
+    std::string name;                 // general.name (may be empty)
+    int64_t num_layers = 0;           // {arch}.block_count
+    int64_t dim = 0;                  // {arch}.embedding_length: the residual stream width
+    int64_t ffn_dim = 0;              // {arch}.feed_forward_length
+    int64_t num_heads = 0;            // {arch}.attention.head_count (query heads)
+    int64_t num_kv_heads = 0;         // {arch}.attention.head_count_kv (GQA when < num_heads)
+    int64_t head_dim = 0;             // dim / num_heads
+    int64_t rope_dim = 0;             // {arch}.rope.dimension_count (defaults to head_dim)
+    float rope_freq_base = 10000.0f;  // {arch}.rope.freq_base
+    float rms_norm_eps = 1e-5f;       // {arch}.attention.layer_norm_rms_epsilon
+    int64_t context_length = 0;       // {arch}.context_length: longest sequence trained on
+    int64_t vocab_size = 0;           // rows of token_embd.weight
+    bool tied_embeddings = false;     // no output.weight: the head reuses token_embd
+
+    // Query heads that share one KV head (1 = MHA, num_heads = MQA).
+    int64_t heads_per_kv_head() const { return num_heads / num_kv_heads; }
+    int64_t q_dim() const { return num_heads * head_dim; }
+    int64_t kv_dim() const { return num_kv_heads * head_dim; }
+    // fp32 K and V of one token across all layers: what a KV cache will hold.
+    int64_t kv_bytes_per_token() const {
+        return 2 * num_layers * kv_dim() * int64_t(sizeof(float));
+    }
+
+    // Reads and validates. Throws servelab::Error naming the bad key or value.
+    static ModelConfig from_gguf(const GgufFile& file);
+};
+
+}  // namespace servelab

@@ -1,0 +1,50 @@
+// model_weights.h — the tensors of a llama-family model, as fp32 matrices.
+//
+// Part of the model loader (all labs). Weights are dequantized once at load
+// ("exact mode": the numbers the numpy oracle computes with). Every matrix
+// is stored row-major with one output feature per row, as ggml stores it, so
+// a projection is y = x · Wᵀ (kernels/cpu/matmul.h). Shapes are checked
+// against the config before anything is read.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "reference/model/model_config.h"
+
+namespace servelab {
+
+class GgufFile;
+
+struct LayerWeights {
+    std::vector<float> attn_norm;  // (dim)
+    std::vector<float> wq;         // (num_heads * head_dim, dim)
+    std::vector<float> wk;         // (num_kv_heads * head_dim, dim)
+    std::vector<float> wv;         // (num_kv_heads * head_dim, dim)
+    std::vector<float> wo;         // (dim, num_heads * head_dim)
+    std::vector<float> ffn_norm;   // (dim)
+    std::vector<float> w_gate;     // (ffn_dim, dim)
+    std::vector<float> w_up;       // (ffn_dim, dim)
+    std::vector<float> w_down;     // (dim, ffn_dim)
+};
+
+struct ModelWeights {
+    std::vector<float> token_embedding;  // (vocab_size, dim)
+    std::vector<LayerWeights> layers;    // (num_layers)
+    std::vector<float> output_norm;      // (dim)
+    std::vector<float> output;           // (vocab_size, dim); empty when tied
+
+    // The output head: `output`, or the embedding table when they are tied.
+    const float* output_matrix() const {
+        return output.empty() ? token_embedding.data() : output.data();
+    }
+
+    // Throws servelab::Error for a missing tensor, a shape mismatch or an
+    // unsupported tensor type.
+    static ModelWeights load(const GgufFile& file, const ModelConfig& config);
+};
+
+// Parameters counted from the config (embedding and head counted once when tied).
+int64_t count_parameters(const ModelConfig& config);
+
+}  // namespace servelab

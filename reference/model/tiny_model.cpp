@@ -1,0 +1,178 @@
+// tiny_model.cpp — see tiny_model.h.
+#include "reference/model/tiny_model.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <random>
+
+#include "reference/common/error.h"
+#include "reference/model/gguf_writer.h"
+
+namespace servelab {
+namespace {
+
+// Normal draws from raw 64-bit words (Box–Muller), so a seed gives the same
+// model on every platform and standard library.
+class NormalSource {
+  public:
+    explicit NormalSource(uint64_t seed) : rng_(seed) {}
+    float next() {
+        const double u1 = (double(rng_() >> 11) + 0.5) * 0x1.0p-53;
+        const double u2 = double(rng_() >> 11) * 0x1.0p-53;
+        return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+    }
+
+  private:
+    std::mt19937_64 rng_;
+};
+
+// GPT-2's byte-level alphabet: printable bytes stand for themselves, the
+// others are shifted to code points 256+ so every token text is visible.
+std::string byte_token_text(int byte) {
+    const bool printable =
+        (byte >= 33 && byte <= 126) || (byte >= 161 && byte <= 172) || (byte >= 174 && byte <= 255);
+    int code_point = byte;
+    if (!printable) {
+        int shifted = 0;
+        for (int b = 0; b < byte; ++b) {
+            const bool p =
+                (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+            if (!p) ++shifted;
+        }
+        code_point = 256 + shifted;
+    }
+    std::string utf8;
+    if (code_point < 0x80) {
+        utf8 += char(code_point);
+    } else {
+        utf8 += char(0xC0 | (code_point >> 6));
+        utf8 += char(0x80 | (code_point & 0x3F));
+    }
+    return utf8;
+}
+
+struct TinyVocab {
+    std::vector<std::string> tokens;
+    std::vector<int32_t> token_types;
+    std::vector<std::string> merges;
+};
+
+TinyVocab make_vocab() {
+    TinyVocab vocab;
+    // Control tokens first, as SmolLM2 numbers them: 0 endoftext, 1 im_start, 2 im_end.
+    for (const char* special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
+        vocab.tokens.emplace_back(special);
+        vocab.token_types.push_back(3);  // control
+    }
+    for (int byte = 0; byte < 256; ++byte) {
+        vocab.tokens.push_back(byte_token_text(byte));
+        vocab.token_types.push_back(1);  // normal
+    }
+    // A few merges so BPE has work to do ("Ġ" is the space byte).
+    const std::vector<std::pair<std::string, std::string>> merges = {
+        {"Ġ", "t"}, {"h", "e"}, {"Ġt", "he"}, {"i", "n"}, {"e", "r"}, {"Ġ", "a"}, {"o", "n"}};
+    for (const auto& [left, right] : merges) {
+        vocab.merges.push_back(left + " " + right);
+        vocab.tokens.push_back(left + right);
+        vocab.token_types.push_back(1);
+    }
+    return vocab;
+}
+
+}  // namespace
+
+GgmlType parse_weight_type(const std::string& name) {
+    if (name == "f32") return GgmlType::kF32;
+    if (name == "f16") return GgmlType::kF16;
+    if (name == "bf16") return GgmlType::kBF16;
+    if (name == "q8_0") return GgmlType::kQ8_0;
+    if (name == "q4_0") return GgmlType::kQ4_0;
+    if (name == "q4_1") return GgmlType::kQ4_1;
+    throw Error(
+        fmt::format("unknown weight type '{}' (expected f32, f16, bf16, q8_0, q4_0, q4_1)", name));
+}
+
+namespace {
+
+GgufWriter build_tiny_model(const TinyModelOptions& o) {
+    if (o.dim % o.num_heads != 0 || o.num_heads % o.num_kv_heads != 0) {
+        throw Error("tiny model: dim must divide by num_heads, num_heads by num_kv_heads");
+    }
+    const TinyVocab vocab = make_vocab();
+    const int64_t vocab_size = int64_t(vocab.tokens.size());
+    const int64_t head_dim = o.dim / o.num_heads;
+    NormalSource normal(o.seed);
+
+    GgufWriter writer;
+    writer.add_string("general.architecture", "llama");
+    writer.add_string("general.name", fmt::format("servelab-tiny-seed{}", o.seed));
+    writer.add_uint32("llama.block_count", uint32_t(o.num_layers));
+    writer.add_uint32("llama.context_length", uint32_t(o.context_length));
+    writer.add_uint32("llama.embedding_length", uint32_t(o.dim));
+    writer.add_uint32("llama.feed_forward_length", uint32_t(o.ffn_dim));
+    writer.add_uint32("llama.attention.head_count", uint32_t(o.num_heads));
+    writer.add_uint32("llama.attention.head_count_kv", uint32_t(o.num_kv_heads));
+    writer.add_float32("llama.rope.freq_base", o.rope_freq_base);
+    writer.add_uint32("llama.rope.dimension_count", uint32_t(head_dim));
+    writer.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    writer.add_uint32("llama.vocab_size", uint32_t(vocab_size));
+    writer.add_string("tokenizer.ggml.model", "gpt2");
+    writer.add_string("tokenizer.ggml.pre", "smollm");
+    writer.add_string_array("tokenizer.ggml.tokens", vocab.tokens);
+    writer.add_int32_array("tokenizer.ggml.token_type", vocab.token_types);
+    writer.add_string_array("tokenizer.ggml.merges", vocab.merges);
+    writer.add_uint32("tokenizer.ggml.bos_token_id", 1);
+    writer.add_uint32("tokenizer.ggml.eos_token_id", 2);
+    writer.add_bool("tokenizer.ggml.add_bos_token", false);
+
+    // Weights ~ N(0, 1/in_features) keep activations O(1) through the layers;
+    // norms near 1 so that they matter but do not dominate.
+    const auto matrix = [&](const std::string& name, int64_t in_features, int64_t out_features) {
+        std::vector<float> values(size_t(in_features * out_features));
+        const float scale = 1.0f / std::sqrt(float(in_features));
+        for (float& v : values) v = normal.next() * scale;
+        writer.add_tensor_from_floats(name, {in_features, out_features}, o.weight_type, values);
+    };
+    const auto norm = [&](const std::string& name) {
+        std::vector<float> values(size_t(o.dim));
+        for (float& v : values) v = 1.0f + 0.1f * normal.next();
+        writer.add_tensor_from_floats(name, {o.dim}, GgmlType::kF32, values);
+    };
+
+    // Embedding rows ~ N(0, 1/dim): the first RMSNorm rescales them to unit
+    // size anyway, and with a tied head this keeps logits O(1), so sampling
+    // tests see a spread-out distribution rather than one certain token.
+    std::vector<float> embedding(size_t(o.dim * vocab_size));
+    const float embedding_scale = 1.0f / std::sqrt(float(o.dim));
+    for (float& v : embedding) v = normal.next() * embedding_scale;
+    writer.add_tensor_from_floats("token_embd.weight", {o.dim, vocab_size}, o.weight_type,
+                                  embedding);
+    for (int64_t layer = 0; layer < o.num_layers; ++layer) {
+        const std::string p = fmt::format("blk.{}.", layer);
+        norm(p + "attn_norm.weight");
+        matrix(p + "attn_q.weight", o.dim, o.num_heads * head_dim);
+        matrix(p + "attn_k.weight", o.dim, o.num_kv_heads * head_dim);
+        matrix(p + "attn_v.weight", o.dim, o.num_kv_heads * head_dim);
+        matrix(p + "attn_output.weight", o.num_heads * head_dim, o.dim);
+        norm(p + "ffn_norm.weight");
+        matrix(p + "ffn_gate.weight", o.dim, o.ffn_dim);
+        matrix(p + "ffn_up.weight", o.dim, o.ffn_dim);
+        matrix(p + "ffn_down.weight", o.ffn_dim, o.dim);
+    }
+    norm("output_norm.weight");
+    if (!o.tied_embeddings) matrix("output.weight", o.dim, vocab_size);
+    return writer;
+}
+
+}  // namespace
+
+std::vector<uint8_t> make_tiny_model(const TinyModelOptions& options) {
+    return build_tiny_model(options).to_bytes();
+}
+
+void write_tiny_model(const TinyModelOptions& options, const std::string& path) {
+    build_tiny_model(options).write_file(path);
+}
+
+}  // namespace servelab

@@ -1,0 +1,38 @@
+// tiny_model.h — a deterministic generator of small random llama GGUF files.
+//
+// Part of the test tooling (all labs). Most tests run on a model generated
+// here (milliseconds) instead of the real one (seconds): the same loader,
+// tokenizer and forward pass run, only the sizes are small. The vocabulary is
+// byte-level (256 byte tokens, a few merges, ChatML control tokens) so any
+// text can be tokenized.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "reference/model/gguf_types.h"
+
+namespace servelab {
+
+struct TinyModelOptions {
+    uint64_t seed = 1;
+    int64_t num_layers = 2;
+    int64_t dim = 64;
+    int64_t num_heads = 4;
+    int64_t num_kv_heads = 2;
+    int64_t ffn_dim = 128;
+    int64_t context_length = 256;
+    float rope_freq_base = 10000.0f;
+    GgmlType weight_type = GgmlType::kF32;  // for the 2-D matrices; norms stay F32
+    bool tied_embeddings = true;            // false writes a separate output.weight
+};
+
+// The GGUF image, ready for GgufFile::parse or to be written to disk.
+std::vector<uint8_t> make_tiny_model(const TinyModelOptions& options);
+void write_tiny_model(const TinyModelOptions& options, const std::string& path);
+
+// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1"; throws servelab::Error otherwise.
+GgmlType parse_weight_type(const std::string& name);
+
+}  // namespace servelab

@@ -1,0 +1,46 @@
+// sampler.h — pick the next token from a row of logits.
+//
+// Part of sampling (all labs; chapter: decoding strategies). The order is the
+// usual one (as in HF transformers and llama.cpp's defaults):
+//   repetition penalty → (temperature 0: argmax) → temperature → top-k
+//   → softmax → top-p → min-p → renormalize → draw
+// Each request owns a Sampler, so its random stream depends only on its own
+// seed, never on what else is running.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "reference/sampling/sampling_params.h"
+
+namespace servelab {
+
+class Sampler {
+  public:
+    explicit Sampler(const SamplingParams& params);
+
+    // `logits` (vocab) is modified in place (penalty, temperature).
+    // `history` is the sequence so far (prompt + generated), for the penalty.
+    TokenId sample(std::span<float> logits, std::span<const TokenId> history);
+
+    // A uniform draw in [0, 1) from 53 random bits: the same on every
+    // platform, unlike std::uniform_real_distribution.
+    double next_uniform();
+
+  private:
+    SamplingParams params_;
+    std::mt19937_64 rng_;
+    std::vector<std::pair<float, TokenId>> candidates_;  // (logit or prob, id), reused
+};
+
+// Index of the largest value; the lowest index wins a tie.
+TokenId argmax(std::span<const float> logits);
+
+// Divide positive logits by `penalty` and multiply negative ones, once per
+// distinct token among the last `window` tokens of `history` (0 = all).
+void apply_repetition_penalty(std::span<float> logits, std::span<const TokenId> history,
+                              float penalty, int32_t window);
+
+}  // namespace servelab

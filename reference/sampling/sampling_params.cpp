@@ -1,0 +1,35 @@
+// sampling_params.cpp — see sampling_params.h.
+#include "reference/sampling/sampling_params.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "reference/common/error.h"
+
+namespace servelab {
+
+void SamplingParams::validate() const {
+    if (!(temperature >= 0.0f) || !std::isfinite(temperature)) {
+        throw Error(fmt::format("temperature must be >= 0 (got {})", temperature));
+    }
+    if (top_k < 0) throw Error(fmt::format("top_k must be >= 0 (got {})", top_k));
+    if (!(top_p > 0.0f && top_p <= 1.0f)) {
+        throw Error(fmt::format("top_p must be in (0, 1] (got {})", top_p));
+    }
+    if (!(min_p >= 0.0f && min_p <= 1.0f)) {
+        throw Error(fmt::format("min_p must be in [0, 1] (got {})", min_p));
+    }
+    if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) {
+        throw Error(fmt::format("repetition_penalty must be > 0 (got {})", repetition_penalty));
+    }
+    if (repetition_window < 0) {
+        throw Error(fmt::format("repetition_window must be >= 0 (got {})", repetition_window));
+    }
+    if (max_tokens < 1) throw Error(fmt::format("max_tokens must be >= 1 (got {})", max_tokens));
+    for (const std::string& stop : stop_strings) {
+        if (stop.empty()) throw Error("stop strings must not be empty");
+    }
+}
+
+}  // namespace servelab

@@ -1,0 +1,32 @@
+// sampling_params.h — how one request turns logits into tokens, and when it stops.
+//
+// Part of sampling (all labs). Defaults are "off" for every filter, so a
+// default SamplingParams with temperature 0 is plain greedy decoding.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "reference/model/tokenizer.h"
+
+namespace servelab {
+
+struct SamplingParams {
+    float temperature = 0.0f;         // 0 = greedy (argmax); else logits / temperature
+    int32_t top_k = 0;                // keep the k most likely tokens; 0 = off
+    float top_p = 1.0f;               // keep the smallest set with probability >= top_p; 1 = off
+    float min_p = 0.0f;               // drop tokens with p < min_p * p_max; 0 = off
+    float repetition_penalty = 1.0f;  // CTRL-style (Keskar et al., 2019); 1 = off
+    int32_t repetition_window = 64;   // last tokens the penalty looks at; 0 = all
+    uint64_t seed = 0;                // per-request RNG seed: same seed, same tokens
+    int32_t max_tokens = 128;         // generated tokens at most
+    std::vector<TokenId> stop_token_ids;    // besides the model's end-of-generation tokens
+    std::vector<std::string> stop_strings;  // generation ends before the first match
+    bool ignore_eos = false;                // keep going past end-of-generation tokens
+
+    // Throws servelab::Error naming the first out-of-range field.
+    void validate() const;
+};
+
+}  // namespace servelab

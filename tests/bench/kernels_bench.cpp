@@ -1,0 +1,113 @@
+// kernels_bench.cpp — Google Benchmark cases for the CPU kernels.
+//
+// Not part of the test suite (ctest runs one short smoke pass). Run:
+//   build/release/servelab_bench                     all cases
+//   build/release/servelab_bench --benchmark_filter=Matmul
+// Shapes are SmolLM2-135M's: dim 576, ffn 1536, 9 query / 3 KV heads of 64.
+// The argument is the number of tokens in the step (1 = one decode token).
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "reference/model/gguf_writer.h"
+
+namespace servelab {
+namespace {
+
+constexpr int64_t kDim = 576;
+constexpr int64_t kFfnDim = 1536;
+
+std::vector<float> random_values(size_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> values(n);
+    for (float& v : values) v = dist(rng);
+    return values;
+}
+
+// The gate projection: (tokens, 576) · (1536, 576)ᵀ.
+template <void (*Kernel)(const float*, const float*, float*, int64_t, int64_t, int64_t)>
+void BM_Matmul(benchmark::State& state) {
+    const int64_t tokens = state.range(0);
+    const auto x = random_values(size_t(tokens * kDim), 1);
+    const auto w = random_values(size_t(kFfnDim * kDim), 2);
+    std::vector<float> y(size_t(tokens * kFfnDim));
+    for (auto _ : state) {
+        Kernel(x.data(), w.data(), y.data(), tokens, kDim, kFfnDim);
+        benchmark::DoNotOptimize(y.data());
+    }
+    state.counters["GFLOP/s"] = benchmark::Counter(double(2 * tokens * kDim * kFfnDim),
+                                                   benchmark::Counter::kIsIterationInvariantRate,
+                                                   benchmark::Counter::kIs1000);
+}
+BENCHMARK_TEMPLATE(BM_Matmul, matmul)->Arg(1)->Arg(64)->Arg(256)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_Matmul, matmul_plain)->Arg(1)->Arg(64)->UseRealTime();
+
+void BM_RmsNorm(benchmark::State& state) {
+    const int64_t tokens = state.range(0);
+    const auto x = random_values(size_t(tokens * kDim), 3);
+    const auto w = random_values(size_t(kDim), 4);
+    std::vector<float> out(x.size());
+    for (auto _ : state) {
+        rmsnorm_rows(x.data(), w.data(), out.data(), tokens, kDim, 1e-5f);
+        benchmark::DoNotOptimize(out.data());
+    }
+}
+BENCHMARK(BM_RmsNorm)->Arg(1)->Arg(64);
+
+void BM_Rope(benchmark::State& state) {
+    const int64_t tokens = state.range(0);
+    auto q = random_values(size_t(tokens * 9 * 64), 5);
+    std::vector<int64_t> positions(static_cast<size_t>(tokens));
+    for (int64_t t = 0; t < tokens; ++t) positions[size_t(t)] = t;
+    for (auto _ : state) {
+        rope_apply_rows(q.data(), positions.data(), tokens, 9, {64, 64, 100000.0f});
+        benchmark::DoNotOptimize(q.data());
+    }
+}
+BENCHMARK(BM_Rope)->Arg(1)->Arg(64);
+
+// Causal attention of a whole sequence of `tokens` (prefill shape).
+void BM_AttentionCausal(benchmark::State& state) {
+    const int64_t tokens = state.range(0);
+    const auto q = random_values(size_t(tokens * 9 * 64), 6);
+    const auto k = random_values(size_t(tokens * 3 * 64), 7);
+    const auto v = random_values(size_t(tokens * 3 * 64), 8);
+    std::vector<float> out(q.size());
+    for (auto _ : state) {
+        attention_causal(q.data(), k.data(), v.data(), out.data(), {tokens, tokens, 9, 3, 64});
+        benchmark::DoNotOptimize(out.data());
+    }
+}
+BENCHMARK(BM_AttentionCausal)->Arg(64)->Arg(256)->UseRealTime();
+
+// Dequantizing the rows of a (1536, 576) Q4_1 matrix, as the loader does.
+void BM_DequantizeQ4_1(benchmark::State& state) {
+    const int64_t rows = state.range(0);
+    const auto values = random_values(size_t(rows * kDim), 9);
+    std::vector<uint8_t> raw;
+    for (int64_t r = 0; r < rows; ++r) {
+        const auto row = quantize_row(GgmlType::kQ4_1, {values.data() + r * kDim, size_t(kDim)});
+        raw.insert(raw.end(), row.begin(), row.end());
+    }
+    const int64_t row_bytes = row_size_bytes(GgmlType::kQ4_1, kDim);
+    std::vector<float> out(values.size());
+    for (auto _ : state) {
+        for (int64_t r = 0; r < rows; ++r) {
+            dequantize_row(GgmlType::kQ4_1, raw.data() + r * row_bytes, out.data() + r * kDim,
+                           kDim);
+        }
+        benchmark::DoNotOptimize(out.data());
+    }
+    state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(raw.size()));
+}
+BENCHMARK(BM_DequantizeQ4_1)->Arg(64)->Arg(1536);
+
+}  // namespace
+}  // namespace servelab

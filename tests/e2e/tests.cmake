@@ -1,0 +1,57 @@
+# tests/e2e/tests.cmake — end-to-end tests: `servelab logits` against the numpy oracle.
+#
+# Included from the top CMakeLists.txt once the `servelab` target exists.
+# The oracle (tools/numpy_oracle.py) needs a Python with numpy and gguf; that
+# is SERVELAB_PYTHON (tools/setup.sh makes .venv and passes it). Without it the
+# tests are skipped with a status message, so a plain `cmake` build still works.
+#
+# Tests registered (label "e2e"):
+#   oracle_tiny_<type>          tiny random model, tied output, each weight type
+#   oracle_tiny_<type>_untied   the same with a separate output.weight
+#   oracle_smollm2              the real SmolLM2-135M Q4_1 model (skipped, exit 77,
+#                               when data/models has no model file)
+
+set(SERVELAB_E2E_SCRIPT ${CMAKE_SOURCE_DIR}/tests/e2e/test_numpy_oracle.py)
+set(SERVELAB_E2E_MODEL ${CMAKE_SOURCE_DIR}/data/models/SmolLM2-135M-Instruct.Q4_1.gguf)
+
+set(servelab_e2e_ready FALSE)
+if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
+  execute_process(
+    COMMAND ${SERVELAB_PYTHON} -c "import numpy, gguf"
+    RESULT_VARIABLE servelab_e2e_import_rc
+    OUTPUT_QUIET ERROR_QUIET)
+  if(servelab_e2e_import_rc EQUAL 0)
+    set(servelab_e2e_ready TRUE)
+  else()
+    message(STATUS "servelab: ${SERVELAB_PYTHON} lacks numpy/gguf; skipping oracle e2e tests")
+  endif()
+else()
+  message(STATUS "servelab: SERVELAB_PYTHON not set or missing; skipping oracle e2e tests")
+endif()
+
+if(servelab_e2e_ready)
+  foreach(weight_type f32 f16 bf16 q8_0 q4_0 q4_1)
+    foreach(tying tied untied)
+      if(tying STREQUAL "untied")
+        set(test_name oracle_tiny_${weight_type}_untied)
+        set(untied_flag --untied)
+      else()
+        set(test_name oracle_tiny_${weight_type})
+        set(untied_flag "")
+      endif()
+      add_test(NAME ${test_name}
+        COMMAND ${SERVELAB_PYTHON} ${SERVELAB_E2E_SCRIPT}
+                --servelab $<TARGET_FILE:servelab> --tiny ${weight_type} ${untied_flag}
+                --n-random 3 --max-len 48)
+      set_tests_properties(${test_name} PROPERTIES LABELS "e2e" TIMEOUT 120)
+    endforeach()
+  endforeach()
+
+  # Three fixed prompts (5-37 tokens) plus two random ones of 10-40 tokens.
+  add_test(NAME oracle_smollm2
+    COMMAND ${SERVELAB_PYTHON} ${SERVELAB_E2E_SCRIPT}
+            --servelab $<TARGET_FILE:servelab> --model ${SERVELAB_E2E_MODEL}
+            --n-random 2 --min-len 10 --max-len 40)
+  set_tests_properties(oracle_smollm2 PROPERTIES
+    LABELS "e2e" TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()

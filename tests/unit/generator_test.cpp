@@ -1,0 +1,138 @@
+// generator_test.cpp — naive generation: stop conditions, seeds, context limit, streaming.
+#include <gtest/gtest.h>
+
+#include "reference/common/error.h"
+#include "reference/engine/generator.h"
+#include "reference/model/model.h"
+#include "reference/model/tiny_model.h"
+#include "reference/sampling/sampler.h"
+#include "tests/unit/test_util.h"
+
+namespace servelab {
+namespace {
+
+using testing::RandomSource;
+
+class GeneratorTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        bytes_ = make_tiny_model({.seed = random_.seed(), .context_length = 64});
+        model_ = std::make_unique<Model>(Model::from_gguf(GgufFile::parse(bytes_)));
+        runner_ = std::make_unique<ModelRunner>(model_->config, model_->weights);
+        prompt_ = model_->tokenizer.encode("the cat sat on", false);
+    }
+    GenerationResult run(const SamplingParams& params, const TokenCallback& cb = {}) {
+        return generate_naive(*runner_, model_->config, model_->tokenizer, prompt_, params, cb);
+    }
+
+    RandomSource random_;
+    std::vector<uint8_t> bytes_;
+    std::unique_ptr<Model> model_;
+    std::unique_ptr<ModelRunner> runner_;
+    std::vector<TokenId> prompt_;
+};
+
+TEST_F(GeneratorTest, GreedyTokensAreArgmaxOfFullRecompute) {
+    SCOPED_TRACE(random_.trace());
+    SamplingParams params;
+    params.max_tokens = 6;
+    params.ignore_eos = true;
+    const GenerationResult result = run(params);
+    ASSERT_EQ(result.tokens.size(), 6u);
+    EXPECT_EQ(result.finish_reason, FinishReason::kLength);
+    std::vector<TokenId> sequence = prompt_;
+    for (TokenId token : result.tokens) {
+        EXPECT_EQ(token, argmax(runner_->forward({sequence, 0})));
+        sequence.push_back(token);
+    }
+    EXPECT_EQ(result.timings.step_latency_ms.size(), 6u);
+}
+
+TEST_F(GeneratorTest, SeededSamplingIsReproducible) {
+    SCOPED_TRACE(random_.trace());
+    SamplingParams params;
+    params.temperature = 1.5f;
+    params.max_tokens = 12;
+    params.ignore_eos = true;
+    params.seed = random_.seed();
+    const auto a = run(params), b = run(params);
+    EXPECT_EQ(a.tokens, b.tokens);
+    params.seed += 1;
+    const auto c = run(params);
+    EXPECT_NE(a.tokens, c.tokens);
+}
+
+TEST_F(GeneratorTest, StopsAtStopTokenAndIncludesIt) {
+    SCOPED_TRACE(random_.trace());
+    SamplingParams params;
+    params.max_tokens = 8;
+    params.ignore_eos = true;
+    const auto free_run = run(params);
+    params.stop_token_ids = {free_run.tokens[2]};
+    const auto stopped = run(params);
+    // It stops at the first occurrence, which may be before index 2.
+    ASSERT_LE(stopped.tokens.size(), 3u);
+    EXPECT_EQ(stopped.tokens.back(), free_run.tokens[2]);
+    EXPECT_EQ(stopped.finish_reason, FinishReason::kStop);
+}
+
+TEST_F(GeneratorTest, StopStringTruncatesTextAndStreamMatches) {
+    SCOPED_TRACE(random_.trace());
+    SamplingParams params;
+    params.max_tokens = 20;
+    params.ignore_eos = true;
+    params.temperature = 1.0f;
+    params.seed = random_.seed();
+    const auto free_run = run(params);
+    ASSERT_GE(free_run.text.size(), 4u);
+    // A stop string taken from the middle of the free-running output.
+    const size_t cut = free_run.text.size() / 2;
+    params.stop_strings = {free_run.text.substr(cut, 2)};
+    std::string streamed;
+    const auto stopped = run(params, [&](TokenId, const std::string& piece) { streamed += piece; });
+    EXPECT_EQ(stopped.finish_reason, FinishReason::kStop);
+    EXPECT_EQ(stopped.text, free_run.text.substr(0, free_run.text.find(params.stop_strings[0])));
+    EXPECT_EQ(streamed, stopped.text);
+}
+
+TEST_F(GeneratorTest, StreamedPiecesConcatenateToText) {
+    SCOPED_TRACE(random_.trace());
+    SamplingParams params;
+    params.max_tokens = 15;
+    params.temperature = 1.0f;
+    params.seed = random_.seed();
+    std::string streamed;
+    int calls = 0;
+    const auto result = run(params, [&](TokenId, const std::string& piece) {
+        streamed += piece;
+        ++calls;
+    });
+    EXPECT_EQ(streamed, result.text);
+    EXPECT_EQ(size_t(calls), result.tokens.size());
+}
+
+TEST_F(GeneratorTest, EndsWithLengthAtContextLimit) {
+    SamplingParams params;
+    params.max_tokens = 1000;
+    params.ignore_eos = true;
+    const auto result = run(params);
+    EXPECT_EQ(result.prompt_tokens.size() + result.tokens.size(), 64u);
+    EXPECT_EQ(result.finish_reason, FinishReason::kLength);
+}
+
+TEST_F(GeneratorTest, RejectsEmptyAndOverlongPrompts) {
+    const std::vector<TokenId> empty;
+    EXPECT_THROW(generate_naive(*runner_, model_->config, model_->tokenizer, empty, {}), Error);
+    const std::vector<TokenId> overlong(64, 5);
+    try {
+        generate_naive(*runner_, model_->config, model_->tokenizer, overlong, {});
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("does not fit the context length 64"),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace servelab

@@ -1,0 +1,165 @@
+// sampler_test.cpp — greedy, temperature, top-k/top-p/min-p, penalty, seeds.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "reference/common/error.h"
+#include "reference/sampling/sampler.h"
+#include "tests/unit/test_util.h"
+
+namespace servelab {
+namespace {
+
+using testing::RandomSource;
+
+std::vector<float> logits_from_probs(const std::vector<double>& probs) {
+    std::vector<float> logits;
+    for (double p : probs) logits.push_back(p > 0 ? float(std::log(p)) : -1e9f);
+    return logits;
+}
+
+// Empirical token frequencies of `draws` samples.
+std::map<TokenId, double> frequencies(const SamplingParams& params,
+                                      const std::vector<float>& logits, int draws) {
+    Sampler sampler(params);
+    std::map<TokenId, double> counts;
+    for (int i = 0; i < draws; ++i) {
+        std::vector<float> copy = logits;
+        counts[sampler.sample(copy, {})] += 1.0 / draws;
+    }
+    return counts;
+}
+
+TEST(Sampler, GreedyPicksArgmaxLowestIdOnTies) {
+    RandomSource random;
+    SCOPED_TRACE(random.trace());
+    std::vector<float> logits = random.normal(1000);
+    const TokenId best = TokenId(random.integer(0, 999));
+    logits[best] = 100.0f;
+    Sampler sampler(SamplingParams{});
+    EXPECT_EQ(sampler.sample(logits, {}), best);
+    std::vector<float> tied = {1.0f, 3.0f, 3.0f, 2.0f};
+    EXPECT_EQ(argmax(tied), 1);
+}
+
+TEST(Sampler, TemperatureSamplingFollowsTheDistribution) {
+    const std::vector<double> probs = {0.5, 0.3, 0.15, 0.05};
+    SamplingParams params;
+    params.temperature = 1.0f;
+    params.seed = testing::test_seed();
+    const auto freq = frequencies(params, logits_from_probs(probs), 20000);
+    for (size_t i = 0; i < probs.size(); ++i) {
+        // 20000 draws: the standard error is below 0.0036, so 0.02 is > 5 sigma.
+        EXPECT_NEAR(freq.count(TokenId(i)) ? freq.at(TokenId(i)) : 0.0, probs[i], 0.02) << i;
+    }
+}
+
+TEST(Sampler, LowTemperatureSharpens) {
+    SamplingParams params;
+    params.temperature = 0.25f;  // p^4, renormalized: 0.5^4 / (0.5^4 + 0.3^4 + ...) ~ 0.88
+    params.seed = testing::test_seed();
+    const auto freq = frequencies(params, logits_from_probs({0.5, 0.3, 0.15, 0.05}), 20000);
+    const double expected = std::pow(0.5, 4) / (std::pow(0.5, 4) + std::pow(0.3, 4) +
+                                                std::pow(0.15, 4) + std::pow(0.05, 4));
+    EXPECT_NEAR(freq.at(0), expected, 0.02);
+}
+
+TEST(Sampler, TopKKeepsOnlyKTokens) {
+    SamplingParams params;
+    params.temperature = 1.0f;
+    params.top_k = 2;
+    params.seed = testing::test_seed();
+    const auto freq = frequencies(params, logits_from_probs({0.1, 0.4, 0.2, 0.3}), 20000);
+    EXPECT_EQ(freq.size(), 2u);
+    EXPECT_NEAR(freq.at(1), 0.4 / 0.7, 0.02);
+    EXPECT_NEAR(freq.at(3), 0.3 / 0.7, 0.02);
+}
+
+TEST(Sampler, TopPKeepsSmallestNucleus) {
+    SamplingParams params;
+    params.temperature = 1.0f;
+    params.top_p = 0.75f;  // 0.5 + 0.3 reaches 0.75: tokens 0 and 1 only
+    params.seed = testing::test_seed();
+    const auto freq = frequencies(params, logits_from_probs({0.5, 0.3, 0.15, 0.05}), 20000);
+    EXPECT_EQ(freq.size(), 2u);
+    EXPECT_NEAR(freq.at(0), 0.5 / 0.8, 0.02);
+}
+
+TEST(Sampler, MinPDropsUnlikelyTokens) {
+    SamplingParams params;
+    params.temperature = 1.0f;
+    params.min_p = 0.35f;  // threshold 0.175: keeps 0.5 and 0.3
+    params.seed = testing::test_seed();
+    const auto freq = frequencies(params, logits_from_probs({0.5, 0.3, 0.15, 0.05}), 5000);
+    EXPECT_EQ(freq.size(), 2u);
+}
+
+TEST(Sampler, SameSeedSameTokensDifferentSeedDifferentTokens) {
+    RandomSource random;
+    SCOPED_TRACE(random.trace());
+    const std::vector<float> logits = random.normal(500);
+    SamplingParams params;
+    params.temperature = 1.0f;
+    params.seed = random.seed();
+    const auto draw_sequence = [&](uint64_t seed) {
+        params.seed = seed;
+        Sampler sampler(params);
+        std::vector<TokenId> ids;
+        for (int i = 0; i < 50; ++i) {
+            std::vector<float> copy = logits;
+            ids.push_back(sampler.sample(copy, {}));
+        }
+        return ids;
+    };
+    EXPECT_EQ(draw_sequence(7), draw_sequence(7));
+    EXPECT_NE(draw_sequence(7), draw_sequence(8));
+}
+
+TEST(Sampler, RepetitionPenaltyDividesPositiveMultipliesNegative) {
+    std::vector<float> logits = {2.0f, -2.0f, 1.0f, 4.0f};
+    const std::vector<TokenId> history = {0, 1, 1, 3};
+    apply_repetition_penalty(logits, history, 2.0f, 0);
+    EXPECT_FLOAT_EQ(logits[0], 1.0f);
+    EXPECT_FLOAT_EQ(logits[1], -4.0f);  // penalized once though it appears twice
+    EXPECT_FLOAT_EQ(logits[2], 1.0f);   // not in history
+    EXPECT_FLOAT_EQ(logits[3], 2.0f);
+    std::vector<float> windowed = {2.0f, -2.0f, 1.0f, 4.0f};
+    apply_repetition_penalty(windowed, history, 2.0f, 1);  // only the last token (3)
+    EXPECT_FLOAT_EQ(windowed[0], 2.0f);
+    EXPECT_FLOAT_EQ(windowed[3], 2.0f);
+}
+
+TEST(Sampler, PenaltyCanChangeTheGreedyChoice) {
+    std::vector<float> logits = {3.0f, 2.0f};
+    SamplingParams params;
+    params.repetition_penalty = 2.0f;
+    Sampler sampler(params);
+    const std::vector<TokenId> history = {0};
+    EXPECT_EQ(sampler.sample(logits, history), 1);
+}
+
+TEST(SamplingParams, RejectsOutOfRangeValues) {
+    const auto expect_error = [](auto mutate, const char* field) {
+        SamplingParams params;
+        mutate(params);
+        try {
+            params.validate();
+            ADD_FAILURE() << "no error for " << field;
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+        }
+    };
+    expect_error([](SamplingParams& p) { p.temperature = -1; }, "temperature");
+    expect_error([](SamplingParams& p) { p.temperature = NAN; }, "temperature");
+    expect_error([](SamplingParams& p) { p.top_k = -1; }, "top_k");
+    expect_error([](SamplingParams& p) { p.top_p = 0; }, "top_p");
+    expect_error([](SamplingParams& p) { p.top_p = 1.5; }, "top_p");
+    expect_error([](SamplingParams& p) { p.min_p = 2; }, "min_p");
+    expect_error([](SamplingParams& p) { p.repetition_penalty = 0; }, "repetition_penalty");
+    expect_error([](SamplingParams& p) { p.max_tokens = 0; }, "max_tokens");
+    expect_error([](SamplingParams& p) { p.stop_strings = {""}; }, "stop strings");
+}
+
+}  // namespace
+}  // namespace servelab

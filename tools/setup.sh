@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# setup.sh — install what servelab needs, skipping what is already there.
+#
+# 1. Debian packages: installed with apt-get when run as root; otherwise the
+#    one apt-get line to run is printed and setup stops.
+# 2. Python tools in a project-local virtual environment (.venv).
+# 3. The default model (tools/fetch_model.py), checked by sha256.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEB_PACKAGES=(
+  build-essential cmake make clang libclang-rt-14-dev libomp-dev
+  python3 python3-venv
+  nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+missing=()
+for pkg in "${DEB_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+# python3/python3-venv may come from elsewhere (pyenv); accept a working venv module.
+if printf '%s\n' "${missing[@]}" | grep -qx python3-venv && python3 -c "import venv, ensurepip" 2>/dev/null; then
+  missing=("${missing[@]/python3-venv}")
+fi
+if printf '%s\n' "${missing[@]}" | grep -qx python3 && command -v python3 >/dev/null; then
+  missing=("${missing[@]/python3}")
+fi
+missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    echo "setup: installing Debian packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "setup: missing Debian packages. Run this once, then re-run make:" >&2
+    echo "  sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+# Python virtual environment; re-installed only when requirements.txt changes.
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating Python virtual environment in .venv"
+  python3 -m venv .venv
+fi
+stamp=.venv/.requirements.sha256
+want=$(sha256sum tools/requirements.txt | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: installing Python tools (tools/requirements.txt)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r tools/requirements.txt
+  echo "$want" > "$stamp"
+fi
+
+.venv/bin/python tools/fetch_model.py
