@@ -3,6 +3,7 @@
 #   make test   set up, build, and run the whole test suite through ctest
 # Both are idempotent: re-running skips what is already installed or built.
 
+MAKEFLAGS += --no-print-directory
 JOBS ?= $(shell nproc)
 PYTHON := .venv/bin/python
 MODEL := data/models/SmolLM2-135M-Instruct.Q4_1.gguf

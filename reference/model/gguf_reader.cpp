@@ -134,6 +134,15 @@ class Cursor {
     uint32_t read_u32() { return static_cast<uint32_t>(read_little_endian(4)); }
     uint64_t read_u64() { return read_little_endian(8); }
 
+    // Counts array elements against the whole file's budget (see GgufLimits).
+    void charge_array_elements(uint64_t count, const GgufLimits& limits, const std::string& where) {
+        array_elements_ += count;
+        if (array_elements_ > limits.max_total_array_elems) {
+            fail("metadata arrays hold more than " + std::to_string(limits.max_total_array_elems) +
+                 " elements in all (at " + where + ")");
+        }
+    }
+
     std::string read_string(const GgufLimits& limits) {
         const uint64_t length_bytes = read_u64();
         if (length_bytes > limits.max_string_bytes) {
@@ -159,6 +168,7 @@ class Cursor {
 
     std::span<const uint8_t> bytes_;
     uint64_t position_ = 0;
+    uint64_t array_elements_ = 0;  // all arrays read so far
     std::string context_ = "header";
 };
 
@@ -238,6 +248,7 @@ GgufValue read_value(Cursor& cursor, GgufValueType type, uint32_t depth, const s
                      " cannot fit in the remaining " + std::to_string(cursor.remaining()) +
                      " bytes");
             }
+            cursor.charge_array_elements(count, limits, where);
             value.array.reserve(count);
             for (uint64_t i = 0; i < count; ++i) {
                 value.array.push_back(

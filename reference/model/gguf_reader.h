@@ -56,6 +56,10 @@ struct GgufTensorInfo {
 struct GgufLimits {
     uint64_t max_string_bytes = 64ull << 20;  // one string
     uint64_t max_array_elems = 1ull << 24;    // one array (vocabularies are ~2^17)
+    // All array elements of the file together. Each parsed element costs
+    // ~100 bytes of memory (a GgufValue), so this caps what a small hostile
+    // file can make us allocate at a few hundred MB; real files need < 2^20.
+    uint64_t max_total_array_elems = 1ull << 22;
     uint64_t max_kv_count = 1ull << 16;
     uint64_t max_tensor_count = 1ull << 16;
     uint32_t max_dims = 4;

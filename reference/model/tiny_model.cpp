@@ -8,6 +8,7 @@
 
 #include "reference/common/error.h"
 #include "reference/model/gguf_writer.h"
+#include "reference/model/tokenizer.h"
 
 namespace servelab {
 namespace {
@@ -27,31 +28,6 @@ class NormalSource {
     std::mt19937_64 rng_;
 };
 
-// GPT-2's byte-level alphabet: printable bytes stand for themselves, the
-// others are shifted to code points 256+ so every token text is visible.
-std::string byte_token_text(int byte) {
-    const bool printable =
-        (byte >= 33 && byte <= 126) || (byte >= 161 && byte <= 172) || (byte >= 174 && byte <= 255);
-    int code_point = byte;
-    if (!printable) {
-        int shifted = 0;
-        for (int b = 0; b < byte; ++b) {
-            const bool p =
-                (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-            if (!p) ++shifted;
-        }
-        code_point = 256 + shifted;
-    }
-    std::string utf8;
-    if (code_point < 0x80) {
-        utf8 += char(code_point);
-    } else {
-        utf8 += char(0xC0 | (code_point >> 6));
-        utf8 += char(0x80 | (code_point & 0x3F));
-    }
-    return utf8;
-}
-
 struct TinyVocab {
     std::vector<std::string> tokens;
     std::vector<int32_t> token_types;
@@ -66,7 +42,7 @@ TinyVocab make_vocab() {
         vocab.token_types.push_back(3);  // control
     }
     for (int byte = 0; byte < 256; ++byte) {
-        vocab.tokens.push_back(byte_token_text(byte));
+        vocab.tokens.push_back(byte_alphabet_text(uint8_t(byte)));
         vocab.token_types.push_back(1);  // normal
     }
     // A few merges so BPE has work to do ("Ġ" is the space byte).

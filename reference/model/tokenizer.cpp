@@ -448,6 +448,12 @@ TokenId Tokenizer::byte_token(uint8_t byte) const {
     return impl_->byte_tokens[byte];
 }
 
+std::string byte_alphabet_text(uint8_t byte) {
+    std::string text;
+    append_utf8(text, make_byte_to_char()[byte]);
+    return text;
+}
+
 bool Tokenizer::is_end_of_generation(TokenId id) const {
     const auto& eog = impl_->end_of_generation;
     return std::find(eog.begin(), eog.end(), id) != eog.end();

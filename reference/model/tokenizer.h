@@ -76,4 +76,8 @@ class Tokenizer {
     std::unique_ptr<Impl> impl_;
 };
 
+// The character GPT-2's byte-level alphabet uses for `byte`, as UTF-8: the
+// text of that byte's token in a byte-level vocabulary ("Ġ" for a space).
+std::string byte_alphabet_text(uint8_t byte);
+
 }  // namespace servelab

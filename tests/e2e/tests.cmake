@@ -43,7 +43,8 @@ if(servelab_e2e_ready)
         COMMAND ${SERVELAB_PYTHON} ${SERVELAB_E2E_SCRIPT}
                 --servelab $<TARGET_FILE:servelab> --tiny ${weight_type} ${untied_flag}
                 --n-random 3 --max-len 48)
-      set_tests_properties(${test_name} PROPERTIES LABELS "e2e" TIMEOUT 120)
+      set_tests_properties(${test_name} PROPERTIES LABELS "e2e" TIMEOUT 120
+        ENVIRONMENT "OMP_NUM_THREADS=1")
     endforeach()
   endforeach()
 
@@ -53,5 +54,19 @@ if(servelab_e2e_ready)
             --servelab $<TARGET_FILE:servelab> --model ${SERVELAB_E2E_MODEL}
             --n-random 2 --min-len 10 --max-len 40)
   set_tests_properties(oracle_smollm2 PROPERTIES
-    LABELS "e2e" TIMEOUT 300 SKIP_RETURN_CODE 77)
+    LABELS "e2e" TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=1")
+endif()
+
+# The CLI as a user meets it (Python standard library only). One OpenMP
+# thread per process: ctest runs tests side by side.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME cli_tiny_model
+    COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/tests/e2e/test_cli.py
+            --servelab $<TARGET_FILE:servelab>)
+  add_test(NAME cli_smollm2_chat
+    COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/tests/e2e/test_cli.py
+            --servelab $<TARGET_FILE:servelab> --smollm2 ${SERVELAB_E2E_MODEL})
+  set_tests_properties(cli_tiny_model cli_smollm2_chat PROPERTIES
+    LABELS "e2e" TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=1")
 endif()

@@ -345,6 +345,10 @@ TEST(GgufMalformed, SmallerLimitsAreHonoured) {
     limits = {};
     limits.max_array_elems = 1;
     EXPECT_THAT(parse_error(bytes, limits), HasSubstr("array of 2 elements exceeds limit 1"));
+    limits = {};
+    limits.max_total_array_elems = 3;
+    EXPECT_THAT(parse_error(bytes, limits),
+                HasSubstr("metadata arrays hold more than 3 elements in all"));
 }
 
 // ---- tensor infos --------------------------------------------------------------------------

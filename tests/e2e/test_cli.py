@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""test_cli.py — the `servelab` program as a user meets it.
+
+Checks that every subcommand runs on a generated tiny model, that --json
+output has the documented fields, and that bad input (flags, files, values)
+gives ONE line on stderr starting with "servelab: error:" and a non-zero exit:
+2 for bad flags, 1 for bad input found at run time. With --smollm2 it also
+asks the real model the README's question and checks the answer.
+
+Usage: test_cli.py --servelab PATH [--smollm2 MODEL]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+FAILURES = []
+
+
+def run(servelab, *args, stdin=""):
+    result = subprocess.run([servelab, "-q", *args], input=stdin, capture_output=True,
+                            text=True, timeout=300)
+    return result.returncode, result.stdout, result.stderr
+
+
+def check(name, condition, detail=""):
+    print(f"{'ok  ' if condition else 'FAIL'} {name}" + (f": {detail}" if detail and not condition else ""))
+    if not condition:
+        FAILURES.append(name)
+
+
+def expect_error(servelab, name, args, exit_code, needle, stdin=""):
+    code, out, err = run(servelab, *args, stdin=stdin)
+    lines = [line for line in err.splitlines() if line.strip()]
+    check(f"{name}: exit {exit_code}", code == exit_code, f"got {code}, stderr {err!r}")
+    check(f"{name}: one line on stderr", len(lines) == 1, repr(err))
+    check(f"{name}: message names the problem", bool(lines) and lines[0].startswith("servelab: error:")
+          and needle in lines[0], repr(err))
+
+
+def test_tiny(servelab, workdir):
+    tiny = os.path.join(workdir, "tiny.gguf")
+    code, _, err = run(servelab, "make-tiny-model", "-o", tiny, "--seed", "7", "--weight-type", "q8_0")
+    check("make-tiny-model", code == 0 and os.path.getsize(tiny) > 0, err)
+
+    code, out, err = run(servelab, "generate", "-m", tiny, "-p", "hello there", "--max-tokens", "5",
+                         "--ignore-eos", "--json")
+    check("generate --json exits 0", code == 0, err)
+    result = json.loads(out) if code == 0 else {}
+    for field in ("text", "prompt_tokens", "tokens", "finish_reason", "timings"):
+        check(f"generate --json has '{field}'", field in result)
+    check("generate --json: 5 tokens, finish length",
+          len(result.get("tokens", [])) == 5 and result.get("finish_reason") == "length", out)
+    check("generate --json: per-step latencies",
+          len(result.get("timings", {}).get("step_latency_ms", [])) == 5, out)
+
+    code, out, err = run(servelab, "generate", "-m", tiny, "--tokens", "5,6,7", "--max-tokens", "3",
+                         "--temperature", "0.8", "--seed", "3", "--ignore-eos")
+    code2, out2, _ = run(servelab, "generate", "-m", tiny, "--tokens", "5,6,7", "--max-tokens", "3",
+                         "--temperature", "0.8", "--seed", "3", "--ignore-eos")
+    check("generate streams text and is reproducible with a seed", code == 0 and out == out2, err)
+
+    code, out, err = run(servelab, "info", "-m", tiny)
+    check("info", code == 0 and "KV cache:" in out and "blk.0.attn_q.weight" in out, err)
+    code, out, err = run(servelab, "info", "-m", tiny, "--json")
+    info = json.loads(out) if code == 0 else {}
+    check("info --json", info.get("parameters", 0) > 0 and len(info.get("tensors", [])) == 20, out[:200])
+
+    code, out, err = run(servelab, "chat", "-m", tiny, "--max-tokens", "4", stdin="hi\nhow are you\n")
+    check("chat reads turns from stdin", code == 0, err)
+
+    code, out, err = run(servelab, "bench", "-m", tiny, "--prompt-tokens", "8", "--gen-tokens", "4",
+                         "--repeats", "1")
+    report = json.loads(out) if code == 0 else {}
+    check("bench prints JSON", all(k in report for k in
+                                    ("prefill_tokens_per_s", "decode_tokens_per_s",
+                                     "latency_by_position")), out[:200])
+
+    logits_path = os.path.join(workdir, "logits.f32")
+    code, _, err = run(servelab, "logits", "-m", tiny, "--tokens", "1,2,3", "-o", logits_path)
+    check("logits writes 3 x vocab floats", code == 0 and
+          os.path.getsize(logits_path) == 3 * info.get("metadata", {}).get("llama.vocab_size", 0) * 4, err)
+
+    code, out, err = run(servelab, "devices")
+    check("devices", code == 0 and out.startswith("cpu:"), err)
+
+    # Bad input.
+    garbage = os.path.join(workdir, "garbage.gguf")
+    with open(garbage, "wb") as f:
+        f.write(b"not a gguf file at all")
+    truncated = os.path.join(workdir, "truncated.gguf")
+    with open(tiny, "rb") as f, open(truncated, "wb") as g:
+        g.write(f.read()[:1000])
+    expect_error(servelab, "unknown flag", ["generate", "--bogus"], 2, "--bogus")
+    expect_error(servelab, "no subcommand", [], 2, "subcommand")
+    expect_error(servelab, "missing model file", ["generate", "-m", os.path.join(workdir, "none.gguf"),
+                                                  "-p", "x"], 1, "cannot open model file")
+    expect_error(servelab, "not a GGUF file", ["generate", "-m", garbage, "-p", "x"], 1, "bad magic")
+    expect_error(servelab, "truncated GGUF file", ["info", "-m", truncated], 1, "truncated")
+    expect_error(servelab, "negative temperature", ["generate", "-m", tiny, "-p", "x",
+                                                    "--temperature", "-1"], 1, "temperature must be >= 0")
+    expect_error(servelab, "bad top_p", ["generate", "-m", tiny, "-p", "x", "--top-p", "0"], 1, "top_p")
+    expect_error(servelab, "no prompt", ["generate", "-m", tiny], 1, "give --prompt or --tokens")
+    expect_error(servelab, "bad token list", ["generate", "-m", tiny, "--tokens", "1,x"], 1,
+                 "'x' is not a token id")
+    expect_error(servelab, "token id out of range", ["generate", "-m", tiny, "--tokens", "99999"], 1,
+                 "outside the vocabulary")
+    expect_error(servelab, "non-numeric flag value", ["generate", "-m", tiny, "-p", "x",
+                                                      "--max-tokens", "many"], 2, "max-tokens")
+    expect_error(servelab, "bad weight type", ["make-tiny-model", "-o", os.path.join(workdir, "t.gguf"),
+                                               "--weight-type", "q9"], 1, "unknown weight type 'q9'")
+    expect_error(servelab, "unwritable output", ["make-tiny-model", "-o", "/nonexistent/dir/t.gguf"], 1,
+                 "/nonexistent/dir/t.gguf")
+
+
+def test_smollm2(servelab, model):
+    # The question `make run` asks. Greedy, so the answer is fixed.
+    code, out, err = run(servelab, "chat", "-m", model, "--message",
+                         "What is the capital of France? Answer in one sentence.", "--max-tokens", "24")
+    print(out.strip())
+    check("SmolLM2 chat answers the fixed question", code == 0 and "Paris" in out, err + out)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--servelab", required=True)
+    parser.add_argument("--smollm2", help="run the real-model chat check with this GGUF")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as workdir:
+        if args.smollm2:
+            if not os.path.exists(args.smollm2):
+                print(f"skipped: {args.smollm2} not downloaded (run make setup)")
+                return 77
+            test_smollm2(args.servelab, args.smollm2)
+        else:
+            test_tiny(args.servelab, workdir)
+    print(f"{'FAILED' if FAILURES else 'PASSED'}: {len(FAILURES)} check(s) failed")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

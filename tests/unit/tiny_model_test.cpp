@@ -1,0 +1,66 @@
+// tiny_model_test.cpp — the tiny-model generator: deterministic, loadable, byte-level vocab.
+#include <gtest/gtest.h>
+
+#include "reference/common/error.h"
+#include "reference/model/model.h"
+#include "reference/model/tiny_model.h"
+#include "reference/model/unicode_categories.h"
+#include "tests/unit/test_util.h"
+
+namespace servelab {
+namespace {
+
+TEST(TinyModel, SameSeedSameBytesOtherSeedOtherBytes) {
+    EXPECT_EQ(make_tiny_model({.seed = 3}), make_tiny_model({.seed = 3}));
+    EXPECT_NE(make_tiny_model({.seed = 3}), make_tiny_model({.seed = 4}));
+}
+
+TEST(TinyModel, LoadsWithTheShapeAskedFor) {
+    const auto bytes = make_tiny_model({.num_layers = 3,
+                                        .dim = 48,
+                                        .num_heads = 6,
+                                        .num_kv_heads = 3,
+                                        .ffn_dim = 40,
+                                        .context_length = 99});
+    const Model model = Model::from_gguf(GgufFile::parse(bytes));
+    EXPECT_EQ(model.config.num_layers, 3);
+    EXPECT_EQ(model.config.dim, 48);
+    EXPECT_EQ(model.config.head_dim, 8);
+    EXPECT_EQ(model.config.num_kv_heads, 3);
+    EXPECT_EQ(model.config.ffn_dim, 40);
+    EXPECT_EQ(model.config.context_length, 99);
+    EXPECT_EQ(model.weights.layers.size(), 3u);
+}
+
+// Any valid UTF-8 text survives encode → decode through the byte-level
+// vocabulary, and the merges are used. (Invalid UTF-8 becomes U+FFFD, as in
+// llama.cpp, so random bytes would not round-trip.)
+TEST(TinyModel, VocabularyRoundTripsArbitraryText) {
+    testing::RandomSource random;
+    SCOPED_TRACE(random.trace());
+    const auto bytes = make_tiny_model({});
+    const Model model = Model::from_gguf(GgufFile::parse(bytes));
+    std::string text;
+    for (int i = 0; i < 200; ++i) {
+        uint32_t cp = uint32_t(random.integer(1, 0x10FFFF));
+        if (cp >= 0xD800 && cp <= 0xDFFF) cp = 'x';         // surrogates are not characters
+        if (i % 2) cp = uint32_t(random.integer(1, 0x7F));  // plenty of ASCII too
+        append_utf8(text, cp);
+    }
+    EXPECT_EQ(model.tokenizer.decode(model.tokenizer.encode(text, false)), text);
+    EXPECT_EQ(model.tokenizer.encode(" the", false).size(), 1u);  // "Ġt" + "he" → "Ġthe"
+    EXPECT_TRUE(model.tokenizer.is_end_of_generation(model.tokenizer.find_token("<|im_end|>")));
+}
+
+TEST(TinyModel, RejectsUnknownWeightType) {
+    EXPECT_EQ(parse_weight_type("q4_1"), GgmlType::kQ4_1);
+    try {
+        parse_weight_type("q5_k");
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("unknown weight type 'q5_k'"), std::string::npos);
+    }
+}
+
+}  // namespace
+}  // namespace servelab
