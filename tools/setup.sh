@@ -15,20 +15,22 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 
+# True when `pkg` must be installed. python3 and python3-venv count as
+# present when a working interpreter with the venv module is on PATH (e.g.
+# pyenv), whichever package manager put it there.
+needs_install() {
+  local pkg=$1
+  case "$pkg" in
+    python3) command -v python3 >/dev/null && return 1 ;;
+    python3-venv) python3 -c "import venv, ensurepip" 2>/dev/null && return 1 ;;
+  esac
+  ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"
+}
+
 missing=()
 for pkg in "${DEB_PACKAGES[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$pkg")
-  fi
+  if needs_install "$pkg"; then missing+=("$pkg"); fi
 done
-# python3/python3-venv may come from elsewhere (pyenv); accept a working venv module.
-if printf '%s\n' "${missing[@]}" | grep -qx python3-venv && python3 -c "import venv, ensurepip" 2>/dev/null; then
-  missing=("${missing[@]/python3-venv}")
-fi
-if printf '%s\n' "${missing[@]}" | grep -qx python3 && command -v python3 >/dev/null; then
-  missing=("${missing[@]/python3}")
-fi
-missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
 
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then

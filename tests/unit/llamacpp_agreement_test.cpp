@@ -33,6 +33,12 @@ namespace {
 // happened at a gap below 0.23.
 constexpr float kNearTieGap = 0.5f;
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitizerBuild = true;
+#else
+constexpr bool kSanitizerBuild = false;
+#endif
+
 struct TopTwo {
     TokenId best;
     float gap;
@@ -86,7 +92,11 @@ TEST_F(LlamaCppAgreement, GreedyContinuationsMatchUpToNearTies) {
     int agreed_total = 0, generated_total = 0, prompts_fully_equal = 0;
     const auto& prompts = (*golden_)["prompts"];
     ASSERT_GE(prompts.size(), 20u);
-    for (const auto& prompt : prompts) {
+    // Sanitizer builds run the forward pass ~30x slower: there, a few prompts
+    // check memory safety; the release build checks all of them.
+    const size_t prompts_to_check = kSanitizerBuild ? 4 : prompts.size();
+    for (size_t p = 0; p < prompts_to_check; ++p) {
+        const auto& prompt = prompts[p];
         const auto prompt_ids = prompt["prompt_ids"].get<std::vector<TokenId>>();
         const auto generated = prompt["generated_ids"].get<std::vector<TokenId>>();
         ASSERT_FALSE(generated.empty()) << prompt["name"];
@@ -124,7 +134,7 @@ TEST_F(LlamaCppAgreement, GreedyContinuationsMatchUpToNearTies) {
     std::printf(
         "llama.cpp agreement: %d of %d golden tokens equal before the first divergence; "
         "%d of %zu prompts equal to the end\n",
-        agreed_total, generated_total, prompts_fully_equal, prompts.size());
+        agreed_total, generated_total, prompts_fully_equal, prompts_to_check);
 }
 
 }  // namespace
