@@ -1,4 +1,5 @@
 // generator_test.cpp — naive generation: stop conditions, seeds, context limit, streaming.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "reference/common/error.h"
@@ -11,7 +12,7 @@
 namespace servelab {
 namespace {
 
-using testing::RandomSource;
+using test::RandomSource;
 
 class GeneratorTest : public ::testing::Test {
   protected:
@@ -121,17 +122,13 @@ TEST_F(GeneratorTest, EndsWithLengthAtContextLimit) {
 }
 
 TEST_F(GeneratorTest, RejectsEmptyAndOverlongPrompts) {
-    const std::vector<TokenId> empty;
-    EXPECT_THROW(generate_naive(*runner_, model_->config, model_->tokenizer, empty, {}), Error);
-    const std::vector<TokenId> overlong(64, 5);
-    try {
-        generate_naive(*runner_, model_->config, model_->tokenizer, overlong, {});
-        ADD_FAILURE() << "no error";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("does not fit the context length 64"),
-                  std::string::npos)
-            << e.what();
-    }
+    const auto error_for = [&](const std::vector<TokenId>& prompt) {
+        return test::error_of(
+            [&] { generate_naive(*runner_, model_->config, model_->tokenizer, prompt, {}); });
+    };
+    EXPECT_THAT(error_for({}), ::testing::HasSubstr("the prompt is empty"));
+    EXPECT_THAT(error_for(std::vector<TokenId>(64, 5)),
+                ::testing::HasSubstr("prompt of 64 tokens does not fit the context length 64"));
 }
 
 }  // namespace

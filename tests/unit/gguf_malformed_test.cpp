@@ -26,9 +26,12 @@
 #include "reference/common/error.h"
 #include "reference/model/gguf_reader.h"
 #include "reference/model/gguf_writer.h"
+#include "tests/unit/test_util.h"
 
 namespace servelab {
 namespace {
+
+using test::error_of;
 
 using testing::AnyOf;
 using testing::HasSubstr;
@@ -40,17 +43,6 @@ constexpr size_t kKvCountOffset = 16;
 constexpr size_t kFirstKeyLengthOffset = 24;
 
 // ---- helpers -----------------------------------------------------------------------------
-
-template <typename Body>
-std::string error_of(Body body) {
-    try {
-        body();
-    } catch (const Error& error) {
-        return error.what();
-    }
-    ADD_FAILURE() << "expected a servelab::Error";
-    return "";
-}
 
 std::string parse_error(const std::vector<uint8_t>& bytes, const GgufLimits& limits = {}) {
     return error_of([&] { GgufFile::parse(bytes, limits); });

@@ -16,6 +16,7 @@
 #include "reference/common/error.h"
 #include "reference/model/gguf_reader.h"
 #include "reference/model/gguf_writer.h"
+#include "tests/unit/test_util.h"
 
 #ifndef SERVELAB_SOURCE_DIR
 #define SERVELAB_SOURCE_DIR "."
@@ -24,23 +25,13 @@
 namespace servelab {
 namespace {
 
+using test::error_of;
+
 using testing::ElementsAre;
 using testing::HasSubstr;
 
 const std::string kModelPath =
     std::string(SERVELAB_SOURCE_DIR) + "/data/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-
-// Runs `body`, which must throw servelab::Error, and returns the message.
-template <typename Body>
-std::string error_of(Body body) {
-    try {
-        body();
-    } catch (const Error& error) {
-        return error.what();
-    }
-    ADD_FAILURE() << "expected a servelab::Error";
-    return "";
-}
 
 // ---- the real model ------------------------------------------------------------------
 

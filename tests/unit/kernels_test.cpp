@@ -15,7 +15,7 @@
 namespace servelab {
 namespace {
 
-using testing::RandomSource;
+using test::RandomSource;
 
 TEST(RmsNorm, MatchesFormula) {
     RandomSource random;

@@ -57,10 +57,10 @@ TopTwo top_two(const float* logits, int64_t vocab) {
 class LlamaCppAgreement : public ::testing::Test {
   protected:
     static void SetUpTestSuite() {
-        const std::string path = testing::source_path(testing::kSmolLm2Path);
+        const std::string path = test::source_path(test::kSmolLm2Path);
         if (!std::ifstream(path)) return;
         model_ = new Model(Model::load(path));
-        std::ifstream golden(testing::source_path("data/golden/llamacpp_greedy.json"));
+        std::ifstream golden(test::source_path("data/golden/llamacpp_greedy.json"));
         golden_ = new nlohmann::json(nlohmann::json::parse(golden));
     }
     static void TearDownTestSuite() {

@@ -1,4 +1,5 @@
 // model_config_test.cpp — reading hyperparameters and refusing inconsistent models.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -36,12 +37,7 @@ std::vector<uint8_t> rewrite(const std::function<void(std::string&, GgufValue&)>
 }
 
 std::string load_error(const std::vector<uint8_t>& bytes) {
-    try {
-        Model::from_gguf(GgufFile::parse(bytes));
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
+    return test::error_of([&] { Model::from_gguf(GgufFile::parse(bytes)); });
 }
 
 void set_uint(std::string& key, GgufValue& value, const std::string& target, uint64_t v) {
@@ -62,7 +58,7 @@ TEST(ModelConfig, ReadsTinyModel) {
 }
 
 TEST(ModelConfig, ReadsSmolLm2WhenPresent) {
-    const std::string path = testing::source_path(testing::kSmolLm2Path);
+    const std::string path = test::source_path(test::kSmolLm2Path);
     if (!std::ifstream(path)) GTEST_SKIP() << "model not downloaded: run make setup";
     const ModelConfig c = ModelConfig::from_gguf(GgufFile::open(path));
     EXPECT_EQ(c.num_layers, 30);

@@ -112,9 +112,9 @@ TEST(StreamDecoder, ControlTokensFollowRenderSpecial) {
 }
 
 TEST(StreamDecoder, SmolLm2TokensStreamLikeDecode) {
-    const std::string path = testing::source_path(testing::kSmolLm2Path);
+    const std::string path = test::source_path(test::kSmolLm2Path);
     if (!std::filesystem::exists(path)) {
-        GTEST_SKIP() << testing::kSmolLm2Path << " is missing; `make test` downloads it";
+        GTEST_SKIP() << test::kSmolLm2Path << " is missing; `make test` downloads it";
     }
     const GgufFile model = GgufFile::open(path);
     const Tokenizer tokenizer = Tokenizer::from_gguf(model);

@@ -13,11 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "reference/common/error.h"
+
 #ifndef SERVELAB_SOURCE_DIR
 #define SERVELAB_SOURCE_DIR "."
 #endif
 
-namespace servelab::testing {
+namespace servelab::test {
 
 inline uint64_t test_seed() {
     if (const char* fixed = std::getenv("SERVELAB_TEST_SEED"))
@@ -61,6 +63,19 @@ inline std::string source_path(const std::string& relative) {
 
 inline const char* kSmolLm2Path = "data/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
+// Runs `body`, which must throw servelab::Error, and returns the message
+// (or records a failure and returns "" when nothing was thrown).
+template <typename Body>
+std::string error_of(Body body) {
+    try {
+        body();
+    } catch (const Error& error) {
+        return error.what();
+    }
+    ADD_FAILURE() << "expected a servelab::Error";
+    return "";
+}
+
 // Largest |a - b| / max(|b|) over two equal-length arrays.
 inline double max_relative_error(const std::vector<float>& a, const std::vector<float>& b) {
     double max_diff = 0.0, max_ref = 0.0;
@@ -71,4 +86,4 @@ inline double max_relative_error(const std::vector<float>& a, const std::vector<
     return max_ref > 0 ? max_diff / max_ref : max_diff;
 }
 
-}  // namespace servelab::testing
+}  // namespace servelab::test

@@ -1,4 +1,5 @@
 // tiny_model_test.cpp — the tiny-model generator: deterministic, loadable, byte-level vocab.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "reference/common/error.h"
@@ -36,7 +37,7 @@ TEST(TinyModel, LoadsWithTheShapeAskedFor) {
 // vocabulary, and the merges are used. (Invalid UTF-8 becomes U+FFFD, as in
 // llama.cpp, so random bytes would not round-trip.)
 TEST(TinyModel, VocabularyRoundTripsArbitraryText) {
-    testing::RandomSource random;
+    test::RandomSource random;
     SCOPED_TRACE(random.trace());
     const auto bytes = make_tiny_model({});
     const Model model = Model::from_gguf(GgufFile::parse(bytes));
@@ -54,12 +55,8 @@ TEST(TinyModel, VocabularyRoundTripsArbitraryText) {
 
 TEST(TinyModel, RejectsUnknownWeightType) {
     EXPECT_EQ(parse_weight_type("q4_1"), GgmlType::kQ4_1);
-    try {
-        parse_weight_type("q5_k");
-        ADD_FAILURE() << "no error";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("unknown weight type 'q5_k'"), std::string::npos);
-    }
+    EXPECT_THAT(test::error_of([] { parse_weight_type("q5_k"); }),
+                ::testing::HasSubstr("unknown weight type 'q5_k'"));
 }
 
 }  // namespace

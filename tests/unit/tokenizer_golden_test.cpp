@@ -24,8 +24,8 @@
 namespace servelab {
 namespace {
 
-using testing::kSmolLm2Path;
-using testing::source_path;
+using test::kSmolLm2Path;
+using test::source_path;
 
 constexpr const char* kGoldenPath = "data/golden/tokenizer/smollm2_llamacpp.json";
 
