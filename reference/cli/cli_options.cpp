@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 
@@ -56,6 +57,18 @@ SamplingParams SamplingOptions::resolve() const {
     resolved.stop_strings = stop_strings;
     resolved.validate();
     return resolved;
+}
+
+void CacheOptions::add_to(CLI::App& command) {
+    command.add_flag("--no-kv-cache", disabled,
+                     "recompute the whole sequence every step (naive decoding, Lab 1)");
+}
+
+std::unique_ptr<KvCache> CacheOptions::make(const ModelConfig& config, int64_t prompt_tokens,
+                                            int64_t max_tokens) const {
+    if (disabled) return nullptr;
+    const int64_t tokens = std::min(config.context_length, prompt_tokens + max_tokens);
+    return std::make_unique<KvCache>(config, std::max<int64_t>(tokens, 1));
 }
 
 std::vector<int32_t> parse_token_list(const std::string& text) {

@@ -7,9 +7,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "reference/kv/kv_cache.h"
 #include "reference/model/model.h"
 #include "reference/sampling/sampling_params.h"
 
@@ -32,6 +34,17 @@ struct SamplingOptions {
 
     void add_to(CLI::App& command);
     SamplingParams resolve() const;  // validated; throws servelab::Error
+};
+
+// --no-kv-cache, shared by generate, chat and bench.
+struct CacheOptions {
+    bool disabled = false;
+
+    void add_to(CLI::App& command);
+    // A cache for prompt + max_tokens tokens (capped at the context length),
+    // or nullptr with --no-kv-cache (naive decoding, Lab 1).
+    std::unique_ptr<KvCache> make(const ModelConfig& config, int64_t prompt_tokens,
+                                  int64_t max_tokens) const;
 };
 
 // "1,2,3" → {1, 2, 3}; throws servelab::Error naming the bad item.

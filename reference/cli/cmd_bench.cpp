@@ -3,8 +3,10 @@
 // Part of the CLI (all labs). Measures, on the loaded model and this machine:
 //   prefill: one forward pass over a prompt of --prompt-tokens tokens;
 //   decode:  --gen-tokens greedy tokens after it, with the latency of each
-//            step by position (naive decoding recomputes the whole sequence,
-//            so the latency grows with the position — Lab 1's lesson).
+//            step by position. With the KV cache (default) a decode step
+//            computes one token; with --no-kv-cache every step recomputes the
+//            whole sequence, so the latency grows with the position — Lab 1's
+//            lesson, and the gap Lab 2 closes.
 // Each figure is the median of --repeats runs. Record results in docs/perf.md
 // with the machine and the date.
 #include <fmt/format.h>
@@ -67,6 +69,7 @@ std::vector<TokenId> bench_prompt(const Tokenizer& tokenizer, int64_t num_tokens
 void add_bench_command(CLI::App& app) {
     struct Options {
         ModelOptions model;
+        CacheOptions cache;
         int64_t prompt_tokens = 64;
         int32_t gen_tokens = 32;
         int repeats = 3;
@@ -74,6 +77,7 @@ void add_bench_command(CLI::App& app) {
     auto opts = std::make_shared<Options>();
     CLI::App* cmd = app.add_subcommand("bench", "measure prefill and decode speed (JSON)");
     opts->model.add_to(*cmd);
+    opts->cache.add_to(*cmd);
     cmd->add_option("--prompt-tokens", opts->prompt_tokens)
         ->check(CLI::Range(1, 1 << 20))
         ->capture_default_str();
@@ -104,8 +108,10 @@ void add_bench_command(CLI::App& app) {
             prefill_ms.push_back(
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                     .count());
+            const std::unique_ptr<KvCache> cache =
+                opts->cache.make(model.config, opts->prompt_tokens, opts->gen_tokens);
             const GenerationResult result =
-                generate_naive(runner, model.config, model.tokenizer, prompt, greedy);
+                generate(runner, model.config, model.tokenizer, prompt, greedy, {}, cache.get());
             decode_ms.push_back(result.timings.total_ms - result.timings.first_step_ms);
             for (size_t i = 0; i < result.timings.step_latency_ms.size(); ++i) {
                 latency_by_step[i].push_back(result.timings.step_latency_ms[i]);
@@ -120,7 +126,9 @@ void add_bench_command(CLI::App& app) {
         const double decode_steps = double(opts->gen_tokens - 1);
         const nlohmann::json report = {
             {"model", model.config.name},
-            {"mode", "naive decoding (no KV cache), fp32 weights"},
+            {"mode", opts->cache.disabled ? "naive decoding (no KV cache), fp32 weights"
+                                          : "KV cache, fp32 weights"},
+            {"kv_cache", !opts->cache.disabled},
             {"machine", {{"cpu", cpu_model_name()}, {"threads", omp_get_max_threads()}}},
             {"date", utc_date()},
             {"prompt_tokens", opts->prompt_tokens},

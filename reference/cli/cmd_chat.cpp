@@ -24,20 +24,26 @@ namespace {
 struct ChatOptions {
     ModelOptions model;
     SamplingOptions sampling;
+    CacheOptions cache;
     std::string system = std::string(kSmolLmDefaultSystemPrompt);
     std::string message;
 };
 
 std::string reply(const Model& model, ModelRunner& runner, const SamplingParams& params,
-                  const std::vector<ChatMessage>& conversation) {
+                  const CacheOptions& cache_options, const std::vector<ChatMessage>& conversation) {
     const std::string prompt = format_chatml(conversation, /*add_generation_prompt=*/true);
     const std::vector<TokenId> prompt_ids = model.tokenizer.encode(prompt, true);
-    const GenerationResult result =
-        generate_naive(runner, model.config, model.tokenizer, prompt_ids, params,
-                       [](TokenId, const std::string& piece) {
-                           std::fwrite(piece.data(), 1, piece.size(), stdout);
-                           std::fflush(stdout);
-                       });
+    // A fresh cache per turn: reusing the conversation's prefix across turns
+    // is prefix caching (Lab 4).
+    const std::unique_ptr<KvCache> cache =
+        cache_options.make(model.config, int64_t(prompt_ids.size()), params.max_tokens);
+    const GenerationResult result = generate(
+        runner, model.config, model.tokenizer, prompt_ids, params,
+        [](TokenId, const std::string& piece) {
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            std::fflush(stdout);
+        },
+        cache.get());
     std::printf("\n");
     spdlog::debug("{} prompt tokens, {} generated, {:.2f} tok/s, finish: {}", prompt_ids.size(),
                   result.tokens.size(),
@@ -54,6 +60,7 @@ void add_chat_command(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("chat", "chat with the model (ChatML)");
     opts->model.add_to(*cmd);
     opts->sampling.add_to(*cmd);
+    opts->cache.add_to(*cmd);
     cmd->add_option("--system", opts->system, "system prompt")->capture_default_str();
     cmd->add_option("--message", opts->message, "first user message");
     cmd->callback([opts] {
@@ -78,7 +85,8 @@ void add_chat_command(CLI::App& app) {
                 }
             }
             conversation.push_back({"user", user_text});
-            conversation.push_back({"assistant", reply(model, runner, params, conversation)});
+            conversation.push_back(
+                {"assistant", reply(model, runner, params, opts->cache, conversation)});
             user_text.clear();
         }
     });

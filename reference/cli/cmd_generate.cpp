@@ -40,6 +40,7 @@ void add_generate_command(CLI::App& app) {
     struct Options {
         ModelOptions model;
         SamplingOptions sampling;
+        CacheOptions cache;
         std::string prompt;
         std::string tokens;
         bool chat = false;
@@ -49,6 +50,7 @@ void add_generate_command(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("generate", "generate text from a prompt");
     opts->model.add_to(*cmd);
     opts->sampling.add_to(*cmd);
+    opts->cache.add_to(*cmd);
     auto* prompt = cmd->add_option("-p,--prompt", opts->prompt, "prompt text");
     auto* tokens = cmd->add_option("--tokens", opts->tokens, "prompt as comma-separated token ids");
     prompt->excludes(tokens);
@@ -86,8 +88,10 @@ void add_generate_command(CLI::App& app) {
                 std::fflush(stdout);
             };
         }
-        const GenerationResult result =
-            generate_naive(runner, model.config, model.tokenizer, prompt_ids, params, stream);
+        const std::unique_ptr<KvCache> cache =
+            opts->cache.make(model.config, int64_t(prompt_ids.size()), params.max_tokens);
+        const GenerationResult result = generate(runner, model.config, model.tokenizer, prompt_ids,
+                                                 params, stream, cache.get());
         if (opts->json) {
             std::printf("%s\n", result_to_json(result).dump(2).c_str());
         } else {

@@ -1,11 +1,13 @@
-// generator.cpp — see generator.h.
+// generator.cpp — see generator.h. Lab 1's exercise: the generation loop.
 #include "reference/engine/generator.h"
 
 #include <fmt/format.h>
 
 #include <chrono>
+#include <optional>
 
 #include "reference/common/error.h"
+#include "reference/engine/step_plan.h"
 #include "reference/sampling/sampler.h"
 
 namespace servelab {
@@ -16,21 +18,22 @@ double elapsed_ms(std::chrono::steady_clock::time_point since) {
         .count();
 }
 
-// Naive decoding recomputes the whole sequence at every step.
-std::span<const TokenId> tokens_to_compute(const std::vector<TokenId>& sequence) {
-    return sequence;
-}
-
 }  // namespace
 
-GenerationResult generate_naive(ModelRunner& runner, const ModelConfig& config,
-                                const Tokenizer& tokenizer, std::span<const TokenId> prompt_tokens,
-                                const SamplingParams& params, const TokenCallback& on_token) {
+GenerationResult generate(ModelRunner& runner, const ModelConfig& config,
+                          const Tokenizer& tokenizer, std::span<const TokenId> prompt_tokens,
+                          const SamplingParams& params, const TokenCallback& on_token,
+                          KvCache* cache) {
     params.validate();
+    // The longest sequence this run can hold: the context, or the cache if smaller.
+    const int64_t capacity = cache != nullptr ? cache->max_tokens() : config.context_length;
     if (prompt_tokens.empty()) throw Error("generate: the prompt is empty");
-    if (int64_t(prompt_tokens.size()) >= config.context_length) {
+    if (int64_t(prompt_tokens.size()) >= capacity) {
         throw Error(fmt::format("generate: prompt of {} tokens does not fit the context length {}",
-                                prompt_tokens.size(), config.context_length));
+                                prompt_tokens.size(), capacity));
+    }
+    if (cache != nullptr && cache->num_tokens() != 0) {
+        throw Error("generate: the KV cache must start empty");
     }
 
     GenerationResult result;
@@ -41,9 +44,12 @@ GenerationResult generate_naive(ModelRunner& runner, const ModelConfig& config,
     std::string text_piece;
     const auto start = std::chrono::steady_clock::now();
 
+    // BEGIN SOLUTION lab01
+    // HINT: per step: plan_step, runner.forward, sampler.sample, append, stop.push
+    // HINT: end when the stop checker says so or the sequence reaches `capacity`
     while (true) {
         const auto step_start = std::chrono::steady_clock::now();
-        std::vector<float> logits = runner.forward({tokens_to_compute(sequence), 0});
+        std::vector<float> logits = runner.forward(plan_step(sequence, cache), cache);
         const TokenId token = sampler.sample(logits, sequence);
         const double step_ms = elapsed_ms(step_start);
         if (result.tokens.empty()) result.timings.first_step_ms = step_ms;
@@ -52,8 +58,8 @@ GenerationResult generate_naive(ModelRunner& runner, const ModelConfig& config,
         sequence.push_back(token);
         result.tokens.push_back(token);
         std::optional<FinishReason> finished = stop.push(token, text_piece);
-        // The context is full: no position is left for another token.
-        if (!finished && int64_t(sequence.size()) >= config.context_length) {
+        // The sequence is full: no position is left for another token.
+        if (!finished && int64_t(sequence.size()) >= capacity) {
             text_piece += stop.finish();
             finished = FinishReason::kLength;
         }
@@ -63,6 +69,7 @@ GenerationResult generate_naive(ModelRunner& runner, const ModelConfig& config,
             break;
         }
     }
+    // END SOLUTION
     result.text = stop.text();
     result.timings.total_ms = elapsed_ms(start);
     return result;

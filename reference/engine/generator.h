@@ -1,14 +1,14 @@
-// generator.h — naive autoregressive generation: recompute everything, every step.
+// generator.h — autoregressive generation: one token per forward pass.
 //
-// Part of the engine (Lab 1; chapter: why decoding is serial). Each new token
-// depends on all tokens before it, so tokens come out one forward pass at a
-// time. Without a KV cache every pass recomputes the whole sequence:
-// step n costs O(n) projections and O(n²) attention, so the latency of a
-// token grows with its position — the cost Lab 2's KV cache removes.
-//
-// The loop is written as prompt → [step → sample → stop check]*; a step asks
-// `tokens_to_compute` which tokens to run, which is the one place a cache
-// changes (it would return only the tokens not yet cached).
+// Part of the engine (Lab 1 and Lab 2; chapters 11.2 and 11.3). Each new
+// token depends on all tokens before it, so tokens come out one forward pass
+// at a time: prompt → [plan step → forward → sample → stop check]*.
+//   Without a KV cache (Lab 1, naive) every step recomputes the whole
+//   sequence: step n costs O(n) projections and O(n²) attention, so a token's
+//   latency grows with its position.
+//   With a KV cache (Lab 2) the first step computes the prompt ("prefill")
+//   and every later step one token ("decode").
+// plan_step (step_plan.h) is the only thing that differs between the two.
 #pragma once
 
 #include <functional>
@@ -18,6 +18,7 @@
 
 #include "reference/engine/model_runner.h"
 #include "reference/engine/stop_checker.h"
+#include "reference/kv/kv_cache.h"
 #include "reference/sampling/sampling_params.h"
 
 namespace servelab {
@@ -41,11 +42,14 @@ struct GenerationResult {
 using TokenCallback = std::function<void(TokenId token, const std::string& text_piece)>;
 
 // Generate from `prompt_tokens` (which must already include BOS if the model
-// wants one). Throws servelab::Error on an empty prompt, bad parameters or a
-// prompt that does not fit the context. Generation also ends, with reason
-// "length", when the sequence reaches the model's context length.
-GenerationResult generate_naive(ModelRunner& runner, const ModelConfig& config,
-                                const Tokenizer& tokenizer, std::span<const TokenId> prompt_tokens,
-                                const SamplingParams& params, const TokenCallback& on_token = {});
+// wants one). With `cache` (empty, cleared by the caller) keys and values are
+// kept between steps; without it every step recomputes everything. Throws
+// servelab::Error on an empty prompt, bad parameters or a prompt that does
+// not fit. Generation also ends, with reason "length", when the sequence
+// fills the context (or the cache).
+GenerationResult generate(ModelRunner& runner, const ModelConfig& config,
+                          const Tokenizer& tokenizer, std::span<const TokenId> prompt_tokens,
+                          const SamplingParams& params, const TokenCallback& on_token = {},
+                          KvCache* cache = nullptr);
 
 }  // namespace servelab

@@ -11,6 +11,7 @@
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
+#include "reference/attention/cached_attention.h"
 #include "reference/common/error.h"
 
 namespace servelab {
@@ -18,12 +19,24 @@ namespace servelab {
 ModelRunner::ModelRunner(const ModelConfig& config, const ModelWeights& weights)
     : config_(config), weights_(weights) {}
 
-void ModelRunner::check_step(const StepInput& step) const {
+void ModelRunner::check_step(const StepInput& step, const KvCache* cache) const {
     if (step.tokens.empty()) throw Error("forward: a step needs at least one token");
     // Without a KV cache there are no earlier keys to attend to, so a step
-    // must hold the whole sequence from position 0.
-    if (step.start_position != 0) {
+    // must hold the whole sequence from position 0; with one, it continues
+    // exactly where the cache ends.
+    if (cache == nullptr && step.start_position != 0) {
         throw Error("forward: without a KV cache a step must start at position 0");
+    }
+    if (cache != nullptr && step.start_position != cache->num_tokens()) {
+        throw Error(
+            fmt::format("forward: step starts at position {} but the KV cache holds {} "
+                        "tokens",
+                        step.start_position, cache->num_tokens()));
+    }
+    const int64_t step_end = step.start_position + int64_t(step.tokens.size());
+    if (cache != nullptr && step_end > cache->max_tokens()) {
+        throw Error(fmt::format("forward: step ends at position {}, past the KV cache's {} tokens",
+                                step_end, cache->max_tokens()));
     }
     const int64_t end_position = step.start_position + int64_t(step.tokens.size());
     if (step.start_position < 0 || end_position > config_.context_length) {
@@ -52,8 +65,8 @@ void ModelRunner::resize_buffers(int64_t num_tokens) {
     positions_.resize(size_t(num_tokens));
 }
 
-std::vector<float> ModelRunner::forward(const StepInput& step) {
-    check_step(step);
+std::vector<float> ModelRunner::forward(const StepInput& step, KvCache* cache) {
+    check_step(step, cache);
     const int64_t num_tokens = int64_t(step.tokens.size());
     const int64_t dim = config_.dim;
     resize_buffers(num_tokens);
@@ -64,10 +77,11 @@ std::vector<float> ModelRunner::forward(const StepInput& step) {
         std::memcpy(x_.data() + t * dim, row, size_t(dim) * sizeof(float));
     }
 
-    for (const LayerWeights& layer : weights_.layers) {
-        attention_block(layer, step);
-        mlp_block(layer, num_tokens);
+    for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
+        attention_block(layer, step, cache);
+        mlp_block(weights_.layers[size_t(layer)], num_tokens);
     }
+    if (cache != nullptr) cache->commit(num_tokens);
 
     // Only the rows that need logits go through the final norm and the head.
     const int64_t first_row = step.logits_for == LogitsFor::kLastToken ? num_tokens - 1 : 0;
@@ -80,7 +94,8 @@ std::vector<float> ModelRunner::forward(const StepInput& step) {
     return logits;
 }
 
-void ModelRunner::attention_block(const LayerWeights& layer, const StepInput& step) {
+void ModelRunner::attention_block(int64_t layer_index, const StepInput& step, KvCache* cache) {
+    const LayerWeights& layer = weights_.layers[size_t(layer_index)];
     const int64_t num_tokens = int64_t(step.tokens.size());
     const int64_t dim = config_.dim;
     rmsnorm_rows(x_.data(), layer.attn_norm.data(), normed_.data(), num_tokens, dim,
@@ -93,12 +108,16 @@ void ModelRunner::attention_block(const LayerWeights& layer, const StepInput& st
     rope_apply_rows(q_.data(), positions_.data(), num_tokens, config_.num_heads, rope);
     rope_apply_rows(k_.data(), positions_.data(), num_tokens, config_.num_kv_heads, rope);
 
-    // Without a cache the keys and values are exactly this step's: the whole
-    // sequence, recomputed (Lab 1). A KV cache would append k_/v_ here and
-    // attend over everything cached so far.
-    const AttentionShape shape{num_tokens, num_tokens, config_.num_heads, config_.num_kv_heads,
-                               config_.head_dim};
-    attention_causal(q_.data(), k_.data(), v_.data(), attn_out_.data(), shape);
+    if (cache != nullptr) {
+        attend_with_cache(*cache, layer_index, step.start_position, num_tokens, q_.data(),
+                          k_.data(), v_.data(), attn_out_.data(), config_);
+    } else {
+        // Without a cache the keys and values are exactly this step's: the
+        // whole sequence, recomputed every step (Lab 1).
+        const AttentionShape shape{num_tokens, num_tokens, config_.num_heads, config_.num_kv_heads,
+                                   config_.head_dim};
+        attention_causal(q_.data(), k_.data(), v_.data(), attn_out_.data(), shape);
+    }
 
     matmul(attn_out_.data(), layer.wo.data(), delta_.data(), num_tokens, config_.q_dim(), dim);
     add_inplace(x_.data(), delta_.data(), num_tokens * dim);

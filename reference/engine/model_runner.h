@@ -10,17 +10,19 @@
 //     h = rmsnorm(x);  x += (silu(h·Wgateᵀ) * h·Wupᵀ) · Wdownᵀ
 //   logits = rmsnorm(x) · Woutputᵀ
 //
-// Lab 1 (naive decoding) has no KV cache: every step passes the WHOLE
+// Without a KV cache (Lab 1, naive decoding) every step passes the WHOLE
 // sequence, starting at position 0, and attention sees only this step's keys.
-// The step is already shaped for a cache: `StepInput` names the first
-// position, and attention's keys are looked up in one place (`attend`), so
-// Lab 2 changes what is passed, not the walk through the layers.
+// With a cache (Lab 2) a step passes only the new tokens, starting at the
+// cache's end: each layer appends its keys and values to the cache and
+// attends over everything cached (reference/attention/cached_attention.h).
+// The walk through the layers is the same either way.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "reference/kv/kv_cache.h"
 #include "reference/model/model_config.h"
 #include "reference/model/model_weights.h"
 #include "reference/model/tokenizer.h"
@@ -44,14 +46,16 @@ class ModelRunner {
     ModelRunner(const ModelConfig& config, const ModelWeights& weights);
 
     // Returns logits, (rows, vocab_size) row-major with rows = 1 for
-    // kLastToken and tokens.size() for kAllTokens. Throws servelab::Error on
-    // an empty step, an out-of-range token id or a position past the context.
-    std::vector<float> forward(const StepInput& step);
+    // kLastToken and tokens.size() for kAllTokens. With a cache, the step must
+    // start at cache->num_tokens() and its tokens are appended to the cache.
+    // Throws servelab::Error on an empty step, an out-of-range token id, a
+    // position past the context or a start position the cache does not match.
+    std::vector<float> forward(const StepInput& step, KvCache* cache = nullptr);
 
   private:
-    void check_step(const StepInput& step) const;
+    void check_step(const StepInput& step, const KvCache* cache) const;
     void resize_buffers(int64_t num_tokens);
-    void attention_block(const LayerWeights& layer, const StepInput& step);
+    void attention_block(int64_t layer_index, const StepInput& step, KvCache* cache);
     void mlp_block(const LayerWeights& layer, int64_t num_tokens);
 
     const ModelConfig& config_;

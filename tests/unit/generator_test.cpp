@@ -23,7 +23,7 @@ class GeneratorTest : public ::testing::Test {
         prompt_ = model_->tokenizer.encode("the cat sat on", false);
     }
     GenerationResult run(const SamplingParams& params, const TokenCallback& cb = {}) {
-        return generate_naive(*runner_, model_->config, model_->tokenizer, prompt_, params, cb);
+        return generate(*runner_, model_->config, model_->tokenizer, prompt_, params, cb);
     }
 
     RandomSource random_;
@@ -124,7 +124,7 @@ TEST_F(GeneratorTest, EndsWithLengthAtContextLimit) {
 TEST_F(GeneratorTest, RejectsEmptyAndOverlongPrompts) {
     const auto error_for = [&](const std::vector<TokenId>& prompt) {
         return test::error_of(
-            [&] { generate_naive(*runner_, model_->config, model_->tokenizer, prompt, {}); });
+            [&] { generate(*runner_, model_->config, model_->tokenizer, prompt, {}); });
     };
     EXPECT_THAT(error_for({}), ::testing::HasSubstr("the prompt is empty"));
     EXPECT_THAT(error_for(std::vector<TokenId>(64, 5)),

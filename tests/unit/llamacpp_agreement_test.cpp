@@ -122,7 +122,7 @@ TEST_F(LlamaCppAgreement, GreedyContinuationsMatchUpToNearTies) {
             greedy.max_tokens = int32_t(std::min<size_t>(agreed, 8));
             greedy.ignore_eos = true;
             const GenerationResult result =
-                generate_naive(runner, model_->config, model_->tokenizer, prompt_ids, greedy);
+                generate(runner, model_->config, model_->tokenizer, prompt_ids, greedy);
             EXPECT_EQ(result.tokens, std::vector<TokenId>(generated.begin(),
                                                           generated.begin() + greedy.max_tokens))
                 << prompt["name"];
