@@ -9,7 +9,7 @@ PYTHON := .venv/bin/python
 MODEL := data/models/SmolLM2-135M-Instruct.Q4_1.gguf
 QUESTION ?= What is the capital of France? Answer in one sentence.
 
-.PHONY: run test setup build build-fuzz test-unit test-fuzz model goldens bench clean
+.PHONY: run test setup build build-fuzz model goldens grade skeletons bench clean
 
 setup:
 	@bash tools/setup.sh
@@ -40,8 +40,18 @@ goldens: setup
 	@.venv/bin/python tools/make_llamacpp_goldens.py
 	@.venv/bin/python tools/make_dequant_goldens.py
 
+# Grade a lab: make grade LAB=1 (builds the lab, runs its tests and its
+# throughput case against the reference, writes labs/labNN_<name>/results.json).
+grade: setup
+	@cmake --preset release >/dev/null
+	@.venv/bin/python tools/grade.py --lab $(LAB) --build-dir build/release
+
 bench: build
 	@build/release/servelab bench --model $(MODEL)
+
+# Regenerate labs/labNN_<name>/student/ from the reference's solution regions.
+skeletons:
+	@python3 tools/make_skeletons.py
 
 clean:
 	rm -rf build

@@ -10,6 +10,9 @@ namespace servelab {
 
 void attention_causal(const float* q, const float* k, const float* v, float* out,
                       const AttentionShape& s) {
+    // BEGIN SOLUTION lab01
+    // HINT: query head h reads KV head h / (num_heads / num_kv_heads)
+    // HINT: query t is at position num_keys - num_queries + t; it sees keys up to there
     const int64_t group_size = s.num_heads / s.num_kv_heads;
     const int64_t q_stride = s.num_heads * s.head_dim;      // floats per query token
     const int64_t kv_stride = s.num_kv_heads * s.head_dim;  // floats per key token
@@ -44,6 +47,7 @@ void attention_causal(const float* q, const float* k, const float* v, float* out
             }
         }
     }
+    // END SOLUTION
 }
 
 }  // namespace servelab

@@ -3,9 +3,14 @@
 
 #include <cmath>
 
+#include "kernels/cpu/parallel_for.h"
+
 namespace servelab {
 
 void rope_apply(float* vec, int64_t num_heads, int64_t position, const RopeParams& params) {
+    // BEGIN SOLUTION lab01
+    // HINT: pair i of every head turns by position * freq_base^(-2i / rope_dim)
+    // HINT: (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos); dims past rope_dim stay
     for (int64_t pair = 0; pair < params.rope_dim / 2; ++pair) {
         // The angle is computed in double: at positions in the thousands a
         // float angle loses the low bits that decide cos/sin.
@@ -22,15 +27,15 @@ void rope_apply(float* vec, int64_t num_heads, int64_t position, const RopeParam
             x[1] = x0 * sin_a + x1 * cos_a;
         }
     }
+    // END SOLUTION
 }
 
 void rope_apply_rows(float* vecs, const int64_t* positions, int64_t num_tokens, int64_t num_heads,
                      const RopeParams& params) {
     const int64_t token_stride = num_heads * params.head_dim;
-#pragma omp parallel for schedule(static) if (num_tokens > 1)
-    for (int64_t t = 0; t < num_tokens; ++t) {
+    parallel_for(num_tokens, [&](int64_t t) {
         rope_apply(vecs + t * token_stride, num_heads, positions[t], params);
-    }
+    });
 }
 
 }  // namespace servelab

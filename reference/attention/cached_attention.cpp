@@ -9,7 +9,7 @@ void attend_with_cache(KvCache& cache, int64_t layer, int64_t start_position, in
                        const float* q, const float* k, const float* v, float* out,
                        const ModelConfig& config) {
     // BEGIN SOLUTION lab02
-    // HINT: write k and v into the cache first; the queries are the last num_tokens of the keys
+    // HINT: write k, v into the cache, then attend; queries are the last num_tokens keys
     cache.write(layer, start_position, k, v, num_tokens);
     const AttentionShape shape{num_tokens, start_position + num_tokens, config.num_heads,
                                config.num_kv_heads, config.head_dim};

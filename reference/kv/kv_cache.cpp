@@ -49,7 +49,7 @@ void KvCache::write(int64_t layer, int64_t start_position, const float* k, const
                         start_position, start_position + count, num_tokens_, max_tokens_));
     }
     // BEGIN SOLUTION lab02
-    // HINT: token t's kv_dim floats go to row start_position + t of this layer's keys and values
+    // HINT: token t's kv_dim floats go to row start_position + t of keys_ and values_
     const size_t bytes = size_t(count * kv_dim_) * sizeof(float);
     std::memcpy(keys_[size_t(layer)].data() + start_position * kv_dim_, k, bytes);
     std::memcpy(values_[size_t(layer)].data() + start_position * kv_dim_, v, bytes);

@@ -7,14 +7,6 @@
 
 namespace servelab {
 
-TokenId argmax(std::span<const float> logits) {
-    TokenId best = 0;
-    for (size_t i = 1; i < logits.size(); ++i) {
-        if (logits[i] > logits[size_t(best)]) best = TokenId(i);
-    }
-    return best;
-}
-
 void apply_repetition_penalty(std::span<float> logits, std::span<const TokenId> history,
                               float penalty, int32_t window) {
     if (penalty == 1.0f) return;
@@ -42,56 +34,39 @@ TokenId Sampler::sample(std::span<float> logits, std::span<const TokenId> histor
                              params_.repetition_window);
     if (params_.temperature == 0.0f) return argmax(logits);
 
-    // Candidates sorted by logit, most likely first (ties: lower id first).
     candidates_.clear();
     for (size_t i = 0; i < logits.size(); ++i) {
-        candidates_.emplace_back(logits[i] / params_.temperature, TokenId(i));
+        candidates_.push_back({logits[i] / params_.temperature, TokenId(i)});
     }
-    const auto more_likely = [](const auto& a, const auto& b) {
-        return a.first > b.first || (a.first == b.first && a.second < b.second);
-    };
-    size_t keep = candidates_.size();
-    if (params_.top_k > 0 && size_t(params_.top_k) < keep) keep = size_t(params_.top_k);
-    std::partial_sort(candidates_.begin(), candidates_.begin() + std::ptrdiff_t(keep),
-                      candidates_.end(), more_likely);
-    candidates_.resize(keep);
+    keep_top_k(candidates_, params_.top_k);  // also sorts, most likely first
 
     // Softmax over the survivors (max first, so exp never overflows).
-    const float max_logit = candidates_.front().first;
+    const float max_logit = candidates_.front().score;
     double total = 0.0;
-    for (auto& [value, id] : candidates_) {
-        value = std::exp(value - max_logit);
-        total += value;
+    for (Candidate& c : candidates_) {
+        c.score = std::exp(c.score - max_logit);
+        total += c.score;
     }
-    for (auto& [value, id] : candidates_) value = float(value / total);
+    for (Candidate& c : candidates_) c.score = float(c.score / total);
 
-    // top-p: the smallest prefix whose probability reaches top_p (at least one token).
-    if (params_.top_p < 1.0f) {
-        double cumulative = 0.0;
-        size_t prefix = 0;
-        while (prefix < candidates_.size() && cumulative < params_.top_p) {
-            cumulative += candidates_[prefix].first;
-            ++prefix;
-        }
-        candidates_.resize(std::max<size_t>(prefix, 1));
-    }
+    if (params_.top_p < 1.0f) keep_top_p(candidates_, params_.top_p);
     // min-p: drop tokens far less likely than the best one (Nguyen et al., 2024).
     if (params_.min_p > 0.0f) {
-        const float threshold = params_.min_p * candidates_.front().first;
+        const float threshold = params_.min_p * candidates_.front().score;
         size_t kept = 1;
-        while (kept < candidates_.size() && candidates_[kept].first >= threshold) ++kept;
+        while (kept < candidates_.size() && candidates_[kept].score >= threshold) ++kept;
         candidates_.resize(kept);
     }
 
     double remaining = 0.0;
-    for (const auto& [p, id] : candidates_) remaining += p;
+    for (const Candidate& c : candidates_) remaining += c.score;
     const double target = next_uniform() * remaining;
     double cumulative = 0.0;
-    for (const auto& [p, id] : candidates_) {
-        cumulative += p;
-        if (target < cumulative) return id;
+    for (const Candidate& c : candidates_) {
+        cumulative += c.score;
+        if (target < cumulative) return c.id;
     }
-    return candidates_.back().second;  // rounding left target at the very end
+    return candidates_.back().id;  // rounding left target at the very end
 }
 
 }  // namespace servelab

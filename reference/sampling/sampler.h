@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "reference/sampling/sampling_filters.h"
 #include "reference/sampling/sampling_params.h"
 
 namespace servelab {
@@ -32,11 +33,8 @@ class Sampler {
   private:
     SamplingParams params_;
     std::mt19937_64 rng_;
-    std::vector<std::pair<float, TokenId>> candidates_;  // (logit or prob, id), reused
+    std::vector<Candidate> candidates_;  // reused between calls
 };
-
-// Index of the largest value; the lowest index wins a tie.
-TokenId argmax(std::span<const float> logits);
 
 // Divide positive logits by `penalty` and multiply negative ones, once per
 // distinct token among the last `window` tokens of `history` (0 = all).

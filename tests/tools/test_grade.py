@@ -1,0 +1,456 @@
+#!/usr/bin/env python3
+"""test_grade.py — unit tests of the autograder, tools/grade.py.
+
+No real lab build is needed: each test makes fakes in a temporary folder.
+
+  fake test binary  a Python script that behaves like a GoogleTest binary
+                    (--gtest_list_tests, --gtest_filter, --gtest_output=json:PATH);
+                    each fake test passes, fails, skips, crashes (SIGSEGV),
+                    exits early or hangs, as the test says.
+  fake CLI          a Python script that prints `bench` JSON with a given
+                    decode_tokens_per_s, or fails like an unfinished lab.
+  manifest          a temporary labs/labNN_<name>/manifest.json.
+
+Every fake appends one line per call to a log file, so tests can check which
+runs the grader made and in what order. Run: python3 tests/tools/test_grade.py
+"""
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+GRADE_PY = REPO_ROOT / "tools" / "grade.py"
+sys.dont_write_bytecode = True  # keep tools/ free of __pycache__
+sys.path.insert(0, str(GRADE_PY.parent))
+import grade  # noqa: E402  (the module under test)
+
+# A GoogleTest look-alike. OUTCOMES maps "Suite.Test" to what the test does.
+FAKE_GTEST = r'''#!{python}
+import fnmatch, json, os, signal, sys, time
+
+OUTCOMES = json.loads({outcomes!r})
+LOG = {log!r}
+
+
+def matches(name, gtest_filter):
+    positive, _, negative = gtest_filter.partition("-")
+    hit = lambda patterns: any(fnmatch.fnmatchcase(name, p) for p in patterns.split(":") if p)
+    return hit(positive or "*") and not hit(negative)
+
+
+def write_report(path, tests):
+    suites = {{}}
+    for name, fields in tests:
+        suite, _, test = name.partition(".")
+        suites.setdefault(suite, []).append(dict(name=test, classname=suite, **fields))
+    report = {{"name": "AllTests", "testsuites": [
+        {{"name": suite, "tests": len(entries), "testsuite": entries}} for suite, entries in suites.items()]}}
+    with open(path, "w") as f:
+        json.dump(report, f, indent=2)
+
+
+args = sys.argv[1:]
+report_path = next((a.split("json:", 1)[1] for a in args if a.startswith("--gtest_output=json:")), None)
+gtest_filter = next((a.split("=", 1)[1] for a in args if a.startswith("--gtest_filter=")), "*")
+with open(LOG, "a") as log:
+    log.write("tests " + " ".join(a for a in args if not a.startswith("--gtest_output")) + "\n")
+selected = [name for name in OUTCOMES if matches(name, gtest_filter)]
+
+if "--gtest_list_tests" in args:
+    write_report(report_path, [(name, {{}}) for name in selected])
+    sys.exit(0)
+
+results, any_failed = [], False
+for name in selected:
+    print("[ RUN      ] " + name, flush=True)
+    outcome = OUTCOMES[name]
+    if outcome == "crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if outcome == "hang":
+        time.sleep(60)
+    if outcome == "exit0":
+        sys.exit(0)
+    fields = {{"status": "RUN", "result": "COMPLETED"}}
+    if outcome == "fail":
+        fields["failures"] = [{{"failure": "fake.cpp:7\nExpected equality of these values:\n  1\n  2", "type": ""}}]
+        any_failed = True
+    if outcome == "skip":
+        fields["result"] = "SKIPPED"
+    if outcome == "disabled":
+        fields = {{"status": "NOTRUN", "result": "SUPPRESSED"}}
+    results.append((name, fields))
+    print(("[  FAILED  ] " if outcome == "fail" else "[       OK ] ") + name, flush=True)
+write_report(report_path, results)
+sys.exit(1 if any_failed else 0)
+'''
+
+# A `servelab bench` look-alike: prints VALUE as decode_tokens_per_s, or fails.
+FAKE_CLI = r'''#!{python}
+import json, sys
+
+with open({log!r}, "a") as log:
+    log.write({who!r} + "\n")
+if {fail!r}:
+    print("[20:21:38.800] info loading", file=sys.stderr)
+    print("servelab: internal error: not implemented: lab01: rmsnorm", file=sys.stderr)
+    sys.exit(1)
+print(json.dumps({{"prefill_tokens_per_s": 100.0, "decode_tokens_per_s": {value!r},
+                  "latency_by_position": [{{"position": 16, "latency_ms": 3.0}}]}}, indent=2))
+'''
+
+THROUGHPUT = {"name": "Decode speed", "points": 10,
+              "args": ["bench", "--model", "{model}", "--prompt-tokens", "16", "--gen-tokens", "16"],
+              "metric": "decode_tokens_per_s", "repetitions": 3, "full_ratio": 0.8333, "zero_ratio": 0.1}
+
+
+class GraderTestCase(unittest.TestCase):
+    """A temporary folder with a manifest, fakes, a model file and a call log."""
+
+    def setUp(self):
+        self._scratch = tempfile.TemporaryDirectory(prefix="test_grade-")
+        self.dir = Path(self._scratch.name)
+        self.log = self.dir / "calls.log"
+        self.log.touch()
+        self.model = self.dir / "model.gguf"
+        self.model.write_bytes(b"GGUF")
+        self.out = self.dir / "results.json"
+        self.manifest = self.dir / "manifest.json"
+        self.tests_binary = self.dir / "lab01_tests"
+
+    def tearDown(self):
+        self._scratch.cleanup()
+
+    def make_script(self, path, text):
+        path.write_text(text)
+        path.chmod(0o755)
+        return path
+
+    def fake_tests(self, outcomes):
+        text = FAKE_GTEST.format(python=sys.executable, outcomes=json.dumps(outcomes), log=str(self.log))
+        return self.make_script(self.tests_binary, text)
+
+    def fake_cli(self, name, value=1.0, fail=False):
+        text = FAKE_CLI.format(python=sys.executable, log=str(self.log), who=name, value=value, fail=fail)
+        return self.make_script(self.dir / name, text)
+
+    def write_manifest(self, groups, throughput=None, timeout_s=20):
+        manifest = {"lab": 1, "name": "fake", "timeout_s": timeout_s, "groups": groups}
+        if throughput is not None:
+            manifest["throughput"] = throughput
+        self.manifest.write_text(json.dumps(manifest))
+
+    def logged(self):
+        return self.log.read_text().splitlines()
+
+    def grade(self, *extra, build=False):
+        """Runs grade.main in this process; returns (exit code, results.json, stdout, stderr)."""
+        argv = ["--lab", "1", "--manifest", str(self.manifest), "--out", str(self.out),
+                "--student-tests", str(self.tests_binary), "--model", str(self.model),
+                "--student-cli", str(self.dir / "student"), "--reference-cli", str(self.dir / "reference")]
+        if not build:
+            argv.append("--no-build")
+        stdout, stderr = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            code = grade.main(argv + list(extra))
+        results = json.loads(self.out.read_text()) if self.out.exists() else None
+        return code, results, stdout.getvalue(), stderr.getvalue()
+
+    def entry(self, results, name):
+        return next(test for test in results["tests"] if test["name"] == name)
+
+
+class TestGroupScoring(GraderTestCase):
+
+    def test_partial_credit_per_group(self):
+        self.fake_tests({"Norm.Ones": "pass", "Norm.Zeros": "fail", "Norm.Big": "pass",
+                         "Rope.A": "pass", "Rope.B": "pass", "Attn.Skipped": "skip", "Attn.Ok": "pass"})
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 9},
+                             {"name": "Rope", "filter": "Rope.*", "points": 4},
+                             {"name": "Attention", "filter": "Attn.*", "points": 10}])
+        code, results, stdout, _ = self.grade()
+        self.assertEqual(code, 0)
+        norm, rope, attn = (self.entry(results, n) for n in ("Norm", "Rope", "Attention"))
+        self.assertEqual((norm["score"], norm["max_score"], norm["status"]), (6, 9, "failed"))
+        self.assertIn("2/3 tests passed", norm["output"])
+        self.assertIn("Norm.Zeros", norm["output"])
+        self.assertIn("Expected equality of these values", norm["output"])
+        self.assertEqual((rope["score"], rope["status"]), (4, "passed"))
+        self.assertEqual(attn["score"], 5)  # a skipped test earns nothing
+        self.assertIn("skipped", attn["output"])
+        self.assertEqual((results["score"], results["max_score"]), (15, 23))
+        self.assertIn("lab 01: 15/23 points", stdout.splitlines()[-1])
+        self.assertEqual(len(self.logged()), 2, "one listing run and one test run")
+
+    def test_group_without_matching_tests_scores_zero(self):
+        self.fake_tests({"Norm.Ones": "pass"})
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5},
+                             {"name": "Missing", "filter": "Nope.*", "points": 5}])
+        _, results, _, _ = self.grade()
+        missing = self.entry(results, "Missing")
+        self.assertEqual((missing["score"], missing["status"]), (0, "failed"))
+        self.assertEqual(missing["output"], "no tests matched Nope.*")
+        self.assertEqual(results["score"], 5)
+
+    def test_disabled_tests_do_not_count(self):
+        self.fake_tests({"Norm.Ones": "pass", "Norm.DISABLED_Slow": "disabled"})
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5}])
+        _, results, _, _ = self.grade()
+        self.assertEqual(self.entry(results, "Norm")["score"], 5)
+
+    def test_output_is_truncated(self):
+        self.assertLessEqual(len(grade.truncate("x" * 10000, grade.OUTPUT_LIMIT)), grade.OUTPUT_LIMIT)
+        self.assertEqual(grade.truncate("short", grade.OUTPUT_LIMIT), "short")
+
+
+class TestFilterMatching(unittest.TestCase):
+
+    def test_gtest_patterns(self):
+        cases = [("Norm.Ones", "Norm.*", True),
+                 ("NormX.Ones", "Norm.*", False),
+                 ("Norm.Ones", "Norm.Ones", True),
+                 ("Norm.Ones", "Norm.One", False),
+                 ("Rope.A", "Norm.*:Rope.*", True),
+                 ("Norm.Slow", "Norm.*-Norm.Slow", False),
+                 ("Norm.Fast", "Norm.*-Norm.Slow:Norm.Slower", True),
+                 ("Norm.Fast", "-Norm.Slow", True),
+                 ("Inst/Attn.Causal/3", "Inst/Attn.*", True),
+                 ("Inst/Attn.Causal/3", "*/Attn.Causal/*", True),
+                 ("Lab01Norm.A1", "Lab01Norm.A?", True),
+                 ("lab01norm.a", "Lab01Norm.*", False)]
+        for name, gtest_filter, expected in cases:
+            with self.subTest(name=name, filter=gtest_filter):
+                self.assertEqual(grade.matches_filter(name, gtest_filter), expected)
+
+
+class TestCrashesAndTimeouts(GraderTestCase):
+
+    def test_crash_falls_back_to_groups_then_tests(self):
+        self.fake_tests({"Norm.A": "pass", "Norm.B": "pass",
+                         "Attn.Ok": "pass", "Attn.Boom": "crash", "Attn.Bad": "fail", "Attn.Quits": "exit0",
+                         "Rope.A": "pass"})
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 10},
+                             {"name": "Attention", "filter": "Attn.*", "points": 8},
+                             {"name": "Rope", "filter": "Rope.*", "points": 3}])
+        code, results, _, _ = self.grade()
+        self.assertEqual(code, 0)
+        self.assertEqual(self.entry(results, "Norm")["score"], 10)
+        self.assertEqual(self.entry(results, "Rope")["score"], 3)
+        attention = self.entry(results, "Attention")
+        self.assertEqual(attention["score"], 2)  # 1 of 4 passed
+        self.assertIn("crashed: SIGSEGV while running Attn.Boom", attention["output"])
+        self.assertIn("crashed: exit code 0 while running Attn.Quits", attention["output"])
+        self.assertIn("last output:", attention["output"])
+        runs = self.logged()
+        self.assertIn("tests --gtest_filter=Norm.*", runs)
+        self.assertIn("tests --gtest_filter=Attn.*", runs)
+        self.assertIn("tests --gtest_filter=Attn.Boom", runs)
+        self.assertNotIn("tests --gtest_filter=Norm.A", runs, "groups that ran fine are not split")
+
+    def test_timeout_fails_unfinished_tests(self):
+        self.fake_tests({"Norm.A": "pass", "Attn.Loop": "hang", "Rope.A": "pass"})
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5},
+                             {"name": "Attention", "filter": "Attn.*", "points": 5}], timeout_s=2)
+        started = time.monotonic()
+        code, results, _, _ = self.grade()
+        self.assertLess(time.monotonic() - started, 10)
+        self.assertEqual(code, 0)
+        self.assertEqual(results["score"], 0)
+        for name in ("Norm", "Attention"):
+            self.assertIn("timed out after 2 s while running Attn.Loop", self.entry(results, name)["output"])
+
+    def test_reruns_after_a_crash_share_one_timeout(self):
+        self.fake_tests({"Attn.Boom": "crash", "Attn.Loop": "hang", "Rope.A": "pass"})
+        self.write_manifest([{"name": "Attention", "filter": "Attn.*", "points": 5},
+                             {"name": "Rope", "filter": "Rope.*", "points": 5}], timeout_s=2)
+        started = time.monotonic()
+        _, results, _, _ = self.grade()
+        self.assertLess(time.monotonic() - started, 10)
+        self.assertIn("while running Attn.Loop", self.entry(results, "Attention")["output"])
+        rope = self.entry(results, "Rope")
+        self.assertEqual(rope["score"], 0)
+        self.assertIn("crashed: SIGSEGV while running Attn.Boom", rope["output"])
+        self.assertIn("were used up", rope["output"])
+
+    def test_missing_binary_is_a_compilation_failure(self):
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5},
+                             {"name": "Rope", "filter": "Rope.*", "points": 7}])
+        code, results, stdout, _ = self.grade()
+        self.assertEqual(code, 0)
+        self.assertEqual(len(results["tests"]), 1)
+        compilation = results["tests"][0]
+        self.assertEqual((compilation["name"], compilation["score"], compilation["max_score"]),
+                         ("compilation", 0, 12))
+        self.assertIn("test binary not found", compilation["output"])
+        self.assertIn("lab 01: 0/12 points", stdout)
+
+    def test_failed_build_is_one_compilation_entry(self):
+        empty_build_dir = self.dir / "not-a-build"
+        empty_build_dir.mkdir()
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5}], throughput=THROUGHPUT)
+        code, results, _, _ = self.grade("--build-dir", str(empty_build_dir), build=True)
+        self.assertEqual(code, 0)
+        self.assertEqual([t["name"] for t in results["tests"]], ["compilation"])
+        self.assertEqual((results["score"], results["max_score"]), (0, 15))
+        self.assertIn("build failed", results["tests"][0]["output"])
+
+
+class TestThroughput(GraderTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.fake_tests({"Norm.A": "pass"})
+
+    def grade_speed(self, student_value, student_fails=False, repetitions=3):
+        self.fake_cli("reference", value=100.0)
+        self.fake_cli("student", value=student_value, fail=student_fails)
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5}],
+                            throughput=dict(THROUGHPUT, repetitions=repetitions))
+        _, results, _, _ = self.grade()
+        return self.entry(results, "Decode speed"), results
+
+    def test_equal_speed_gets_full_points(self):
+        speed, results = self.grade_speed(100.0)
+        self.assertEqual((speed["score"], speed["status"]), (10, "passed"))
+        self.assertEqual(results["leaderboard"],
+                         [{"name": "Decode speed", "value": 1.0, "order": "desc"}])
+        self.assertIn("student median 100", speed["output"])
+        self.assertIn("reference median 100", speed["output"])
+
+    def test_half_speed_gets_partial_points(self):
+        speed, _ = self.grade_speed(50.0)
+        expected = 10 * (0.5 - 0.1) / (0.8333 - 0.1)
+        self.assertAlmostEqual(speed["score"], expected, places=2)
+        self.assertEqual(speed["status"], "failed")
+        self.assertIn("ratio 0.500", speed["output"])
+
+    def test_very_slow_gets_nothing(self):
+        speed, results = self.grade_speed(5.0)
+        self.assertEqual(speed["score"], 0)
+        self.assertEqual(results["leaderboard"][0]["value"], 0.05)
+
+    def test_runs_are_interleaved(self):
+        self.grade_speed(100.0, repetitions=3)
+        bench_calls = [line for line in self.logged() if not line.startswith("tests")]
+        self.assertEqual(bench_calls, ["reference", "student"] * 3)
+
+    def test_repetitions_flag_overrides_manifest(self):
+        self.fake_cli("reference", value=100.0)
+        self.fake_cli("student", value=100.0)
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5}], throughput=THROUGHPUT)
+        self.grade("--repetitions", "1")
+        self.assertEqual([l for l in self.logged() if not l.startswith("tests")], ["reference", "student"])
+
+    def test_failing_student_cli_gets_nothing(self):
+        speed, results = self.grade_speed(100.0, student_fails=True)
+        self.assertEqual((speed["score"], speed["status"]), (0, "failed"))
+        self.assertIn("exit code 1", speed["output"])
+        self.assertIn("not implemented: lab01: rmsnorm", speed["output"])
+        self.assertEqual(results["leaderboard"], [])
+
+    def test_curve(self):
+        spec = grade.Throughput("speed", 10, ["bench"], "m", full_ratio=0.8, zero_ratio=0.2)
+        self.assertEqual(grade.throughput_points(1.5, spec), 10)
+        self.assertEqual(grade.throughput_points(0.8, spec), 10)
+        self.assertAlmostEqual(grade.throughput_points(0.5, spec), 5)
+        self.assertEqual(grade.throughput_points(0.2, spec), 0)
+        self.assertEqual(grade.throughput_points(0.0, spec), 0)
+
+
+class TestResultsFile(GraderTestCase):
+
+    def test_schema(self):
+        self.fake_tests({"Norm.A": "pass", "Norm.B": "fail"})
+        self.fake_cli("reference", value=10.0)
+        self.fake_cli("student", value=9.0)
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5}],
+                            throughput=dict(THROUGHPUT, repetitions=1))
+        _, results, _, _ = self.grade()
+        self.assertEqual(set(results), {"score", "max_score", "tests", "leaderboard", "execution_time"})
+        for test in results["tests"]:
+            self.assertEqual(set(test), {"name", "score", "max_score", "status", "output", "visibility"})
+            self.assertIn(test["status"], ("passed", "failed"))
+            self.assertEqual(test["visibility"], "visible")
+        self.assertEqual((results["score"], results["max_score"]), (12.5, 15))
+        self.assertIsInstance(results["execution_time"], int)
+
+    def test_written_when_the_grader_breaks(self):
+        self.fake_tests({"Norm.A": "pass"})
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5}])
+        original = grade.grade_tests
+
+        def broken(*_):
+            raise RuntimeError("grader bug")
+        grade.grade_tests = broken
+        try:
+            code, results, _, stderr = self.grade()
+        finally:
+            grade.grade_tests = original
+        self.assertEqual(code, 2)
+        self.assertEqual([t["name"] for t in results["tests"]], ["grader error"])
+        self.assertEqual((results["score"], results["max_score"]), (0, 5))
+        self.assertIn("RuntimeError: grader bug", results["tests"][0]["output"])
+        self.assertIn("grader bug", stderr)
+
+    def test_malformed_manifest_fails_in_one_line(self):
+        self.manifest.write_text(json.dumps({"lab": 1, "name": "fake",
+                                             "groups": [{"name": "Norm", "filter": "Norm.*", "points": "ten"}]}))
+        code, results, _, stderr = self.grade()
+        self.assertEqual(code, 2)
+        self.assertEqual(results["tests"][0]["status"], "failed")
+        errors = [line for line in stderr.splitlines() if "error" in line]
+        self.assertEqual(len(errors), 1)
+        self.assertIn("groups[0].points must be a number >= 0", errors[0])
+
+    def test_manifest_validation(self):
+        good = {"lab": 1, "name": "fake", "groups": [{"name": "Norm", "filter": "Norm.*", "points": 5}]}
+        bad = {"wrong lab": dict(good, lab=2),
+               "no groups": dict(good, groups=[]),
+               "group not an object": dict(good, groups=["Norm.*"]),
+               "missing filter": dict(good, groups=[{"name": "Norm", "points": 5}]),
+               "typo in a key": dict(good, groups=[{"name": "Norm", "filter": "N.*", "point": 5}]),
+               "duplicate names": dict(good, groups=good["groups"] * 2),
+               "bad timeout": dict(good, timeout_s=0),
+               "bad args": dict(good, throughput=dict(THROUGHPUT, args="bench")),
+               "ratios reversed": dict(good, throughput=dict(THROUGHPUT, zero_ratio=0.9, full_ratio=0.5)),
+               "zero repetitions": dict(good, throughput=dict(THROUGHPUT, repetitions=0))}
+        self.assertEqual(grade.parse_manifest(good, 1, self.dir).max_score, 5)
+        self.assertEqual(grade.parse_manifest(dict(good, throughput=THROUGHPUT), 1, self.dir).max_score, 15)
+        for why, manifest in bad.items():
+            with self.subTest(why):
+                with self.assertRaises(grade.ManifestError) as caught:
+                    grade.parse_manifest(manifest, 1, self.dir)
+                self.assertNotIn("\n", str(caught.exception))
+
+
+class TestExitCodes(GraderTestCase):
+    """--min-score / --max-score, through the real command line."""
+
+    def run_grader(self, *flags):
+        command = [sys.executable, str(GRADE_PY), "--lab", "1", "--no-build",
+                   "--manifest", str(self.manifest), "--out", str(self.out),
+                   "--student-tests", str(self.tests_binary), *flags]
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+
+    def test_thresholds(self):
+        self.fake_tests({"Norm.A": "pass", "Norm.B": "fail"})  # 50 %
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 4}])
+        for flags, expected in ((["--min-score", "40"], 0), (["--min-score", "60"], 1),
+                                (["--max-score", "60"], 0), (["--max-score", "40"], 1), ([], 0)):
+            with self.subTest(flags=flags):
+                self.out.unlink(missing_ok=True)
+                result = self.run_grader(*flags)
+                self.assertEqual(result.returncode, expected, result.stderr)
+                self.assertTrue(self.out.exists())
+                self.assertEqual(result.stdout.splitlines()[-1], "lab 01: 2/4 points")
+
+
+if __name__ == "__main__":
+    unittest.main()

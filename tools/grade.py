@@ -1,0 +1,745 @@
+#!/usr/bin/env python3
+"""grade.py — the servelab autograder.
+
+Grades one lab and writes a Gradescope-compatible results.json:
+
+  1. build   `cmake --build BUILD --target labNN_tests servelab-labNN servelab`
+             (skipped with --no-build). A failed build is one failing
+             "compilation" entry worth the whole lab, with the compiler's last lines.
+  2. tests   run the lab's GoogleTest binary once with --gtest_output=json and
+             score each manifest group: points x (passed tests / tests in the group).
+             If the binary crashes, the groups that lost results are run again one
+             at a time (and, if a group crashes too, its tests one at a time), so one
+             crashing test does not zero the others.
+  3. speed   optional: run the reference CLI and the student CLI interleaved
+             (A B A B ...) on `bench`, compare the medians of one metric, and turn
+             the ratio into points on a linear curve.
+  4. report  write results.json (always, even if the grader itself fails),
+             print a scorecard and a last line `lab NN: S/M points`.
+
+The lab's manifest, labs/labNN_<name>/manifest.json, says what to grade:
+
+  {"lab": 1, "name": "naive_decoding", "timeout_s": 300,
+   "groups": [{"name": "RMSNorm", "filter": "Lab01RmsNorm.*", "points": 10}, ...],
+   "throughput": {"name": "Decode speed", "points": 10,
+                  "args": ["bench", "--model", "{model}", ...],
+                  "metric": "decode_tokens_per_s", "repetitions": 3,
+                  "full_ratio": 0.8333, "zero_ratio": 0.1}}
+
+A group's filter is a gtest-style pattern: `Suite.*`, `Suite.Test`, several
+joined by ':', optionally followed by '-' and patterns to leave out.
+Tests are always run with OMP_NUM_THREADS=1 unless it is set; the speed
+comparison inherits OMP_NUM_THREADS, default 2.
+
+Exit status: 0 when a grade was written (whatever the score); 1 when
+--min-score / --max-score (percent of the maximum) is not met, for self-tests;
+2 when the grader could not grade (bad manifest, bad arguments, grader bug) —
+results.json then holds a failing "grader error" entry.
+
+Usage: grade.py --lab N [--build-dir build/release] [--no-build]
+                [--student-tests PATH] [--student-cli PATH] [--reference-cli PATH]
+                [--manifest PATH] [--model PATH] [--repetitions K]
+                [--out results.json] [--min-score X] [--max-score X]
+"""
+import argparse
+import fnmatch
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_BUILD_DIR = REPO_ROOT / "build" / "release"
+DEFAULT_MODEL = REPO_ROOT / "data" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+DEFAULT_TIMEOUT_S = 300
+BUILD_TIMEOUT_S = 3600
+OUTPUT_LIMIT = 2000          # characters of output kept per results.json entry
+BUILD_LOG_LINES = 60         # compiler lines shown when the build fails
+LAST_OUTPUT_LINES = 15       # program lines shown when a run crashes
+NOISY_SPREAD = 0.2           # reference runs differing more than this get a note
+
+
+# --------------------------------------------------------------------------- manifest
+
+class ManifestError(Exception):
+    """The manifest is missing or malformed; the message is one line."""
+
+
+@dataclass
+class Group:
+    name: str
+    filter: str
+    points: float
+
+
+@dataclass
+class Throughput:
+    name: str
+    points: float
+    args: list
+    metric: str
+    repetitions: int = 3
+    full_ratio: float = 1 / 1.2
+    zero_ratio: float = 0.1
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+
+@dataclass
+class Lab:
+    number: int
+    name: str
+    folder: Path
+    timeout_s: float
+    groups: list
+    throughput: Throughput = None
+
+    @property
+    def tag(self):
+        """'lab01' for lab 1: the prefix of the lab's build targets."""
+        return f"lab{self.number:02d}"
+
+    @property
+    def max_score(self):
+        total = sum(group.points for group in self.groups)
+        return total + (self.throughput.points if self.throughput else 0)
+
+
+GROUP_KEYS = {"name", "filter", "points", "description"}
+THROUGHPUT_KEYS = {"name", "points", "args", "metric", "repetitions", "full_ratio",
+                   "zero_ratio", "timeout_s", "description"}
+
+
+def is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def require(condition, where, problem):
+    if not condition:
+        raise ManifestError(f"{where} {problem}")
+
+
+def check_keys(table, allowed, where):
+    unknown = sorted(set(table) - allowed)
+    require(not unknown, where, f"has unknown key(s) {', '.join(unknown)} "
+                                f"(allowed: {', '.join(sorted(allowed))})")
+
+
+def parse_group(table, where):
+    require(isinstance(table, dict), where, "must be an object")
+    check_keys(table, GROUP_KEYS, where)
+    for key in ("name", "filter"):
+        value = table.get(key)
+        require(isinstance(value, str) and value.strip(), f"{where}.{key}", "must be a non-empty string")
+    points = table.get("points")
+    require(is_number(points) and points >= 0, f"{where}.points", "must be a number >= 0")
+    return Group(table["name"], table["filter"], points)
+
+
+def parse_throughput(table, default_timeout):
+    where = "throughput"
+    require(isinstance(table, dict), where, "must be an object")
+    check_keys(table, THROUGHPUT_KEYS, where)
+    require(isinstance(table.get("name"), str) and table["name"].strip(), f"{where}.name",
+            "must be a non-empty string")
+    require(is_number(table.get("points")) and table["points"] >= 0, f"{where}.points",
+            "must be a number >= 0")
+    args = table.get("args")
+    require(isinstance(args, list) and args and all(isinstance(a, str) for a in args),
+            f"{where}.args", "must be a non-empty list of strings")
+    require(isinstance(table.get("metric"), str) and table["metric"], f"{where}.metric",
+            "must be a non-empty string")
+    spec = Throughput(table["name"], table["points"], args, table["metric"], timeout_s=default_timeout)
+    repetitions = table.get("repetitions", spec.repetitions)
+    require(isinstance(repetitions, int) and not isinstance(repetitions, bool) and repetitions >= 1,
+            f"{where}.repetitions", "must be an integer >= 1")
+    spec.repetitions = repetitions
+    for key in ("full_ratio", "zero_ratio", "timeout_s"):
+        value = table.get(key, getattr(spec, key))
+        require(is_number(value) and value >= 0, f"{where}.{key}", "must be a number >= 0")
+        setattr(spec, key, value)
+    require(spec.zero_ratio < spec.full_ratio, where, "needs zero_ratio < full_ratio")
+    require(spec.timeout_s > 0, f"{where}.timeout_s", "must be > 0")
+    return spec
+
+
+def parse_manifest(data, lab_number, folder):
+    """Checks a loaded manifest and returns a Lab; raises ManifestError."""
+    require(isinstance(data, dict), "manifest", "must be a JSON object")
+    require(data.get("lab") == lab_number and not isinstance(data.get("lab"), bool), "manifest",
+            f"says lab {data.get('lab')!r}, but --lab is {lab_number}")
+    name = data.get("name")
+    require(isinstance(name, str) and name.strip(), "name", "must be a non-empty string")
+    timeout_s = data.get("timeout_s", DEFAULT_TIMEOUT_S)
+    require(is_number(timeout_s) and timeout_s > 0, "timeout_s", "must be a number > 0")
+    groups = data.get("groups")
+    require(isinstance(groups, list) and groups, "groups", "must be a non-empty list")
+    parsed = [parse_group(group, f"groups[{i}]") for i, group in enumerate(groups)]
+    names = [group.name for group in parsed]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    require(not duplicates, "groups", f"repeat the name(s) {', '.join(duplicates)}")
+    throughput = None
+    if data.get("throughput") is not None:
+        throughput = parse_throughput(data["throughput"], timeout_s)
+        require(throughput.name not in names, "throughput.name", "is also a group name")
+    return Lab(lab_number, name, folder, timeout_s, parsed, throughput)
+
+
+def find_lab_folder(lab_number):
+    """labs/labNN_<name>/ for lab N, or None when there is not exactly one."""
+    folders = [p for p in (REPO_ROOT / "labs").glob(f"lab{lab_number:02d}_*") if p.is_dir()]
+    return folders[0] if len(folders) == 1 else None
+
+
+def load_lab(lab_number, manifest_path=None):
+    """Reads and checks the lab's manifest; raises ManifestError."""
+    if manifest_path is None:
+        folder = find_lab_folder(lab_number)
+        if folder is None:
+            raise ManifestError(f"no single lab folder labs/lab{lab_number:02d}_<name>/ in {REPO_ROOT}")
+        manifest_path = folder / "manifest.json"
+    manifest_path = Path(manifest_path)
+    try:
+        data = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ManifestError(f"{manifest_path}: cannot read: {error.strerror}") from None
+    except json.JSONDecodeError as error:
+        raise ManifestError(f"{manifest_path}: not valid JSON: {error}") from None
+    try:
+        lab = parse_manifest(data, lab_number, manifest_path.parent)
+    except ManifestError as error:
+        raise ManifestError(f"{manifest_path}: {error}") from None
+    expected_folder = f"lab{lab_number:02d}_{lab.name}"
+    if manifest_path.parent.parent == REPO_ROOT / "labs" and manifest_path.parent.name != expected_folder:
+        raise ManifestError(f"{manifest_path}: name {lab.name!r} does not match the folder "
+                            f"(expected labs/{expected_folder}/)")
+    return lab
+
+
+# --------------------------------------------------------------------------- results
+
+@dataclass
+class Entry:
+    """One line of the scorecard and one element of results.json's "tests"."""
+    name: str
+    score: float
+    max_score: float
+    output: str = ""
+    passed: bool = None  # None: passed when it earned every point
+
+    def __post_init__(self):
+        if self.passed is None:
+            self.passed = self.score >= self.max_score
+
+    def to_json(self):
+        return {"name": self.name, "score": round(self.score, 2), "max_score": round(self.max_score, 2),
+                "status": "passed" if self.passed else "failed",
+                "output": truncate(self.output, OUTPUT_LIMIT), "visibility": "visible"}
+
+
+def truncate(text, limit):
+    if len(text) <= limit:
+        return text
+    return text[:limit - 20].rstrip() + "\n... (truncated)"
+
+
+def tail(text, lines):
+    """The last `lines` non-empty lines of text."""
+    kept = [line for line in text.splitlines() if line.strip()]
+    return "\n".join(kept[-lines:])
+
+
+def total_score(entries):
+    return round(sum(round(entry.score, 2) for entry in entries), 2)
+
+
+def write_results(path, entries, leaderboard, seconds):
+    results = {
+        "score": total_score(entries),
+        "max_score": round(sum(entry.max_score for entry in entries), 2),
+        "tests": [entry.to_json() for entry in entries],
+        "leaderboard": leaderboard,
+        "execution_time": int(round(seconds)),
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+
+
+def number(value):
+    """10.0 -> '10', 6.6667 -> '6.67'."""
+    return f"{round(value, 2):g}"
+
+
+def print_scorecard(title, entries):
+    width = max([len(entry.name) for entry in entries] + [5])
+    print(title)
+    print(f"  {'group':<{width}}  {'score':>13}  status")
+    for entry in entries:
+        score = f"{number(entry.score)}/{number(entry.max_score)}"
+        print(f"  {entry.name:<{width}}  {score:>13}  {'passed' if entry.passed else 'FAILED'}")
+
+
+# --------------------------------------------------------------------------- running programs
+
+@dataclass
+class RunResult:
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+    limit_s: float
+
+
+def run_program(command, timeout_s, env=None, merge_stderr=False):
+    """Runs a command from the repository root, killing it (and its children) on timeout.
+
+    Raises OSError when the program cannot be started at all."""
+    process = subprocess.Popen(
+        [str(part) for part in command], cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+        start_new_session=True)  # its own process group, so a timeout kills the whole tree
+    timed_out = False
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        stdout, stderr = process.communicate()
+    return RunResult(process.returncode, decode(stdout), decode(stderr), timed_out, timeout_s)
+
+
+def decode(data):
+    return data.decode("utf-8", errors="replace") if data else ""
+
+
+def describe_exit(returncode):
+    """'SIGSEGV' for a program killed by a signal, else 'exit code N'."""
+    if returncode < 0:
+        try:
+            return signal.Signals(-returncode).name
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+GTEST_BANNERS = ("[==========]", "[----------]", "Running main() from", "Note: Google Test filter")
+
+
+def last_output(text):
+    """The last lines a program printed, without GoogleTest's banner lines."""
+    kept = [line for line in text.splitlines() if not line.startswith(GTEST_BANNERS)]
+    return tail("\n".join(kept), LAST_OUTPUT_LINES) or "(none)"
+
+
+def describe_failed_run(run, running_test=None):
+    """'timed out after 2 s' or 'crashed: SIGSEGV while running X, last output: ...'."""
+    where = f" while running {running_test}" if running_test else ""
+    if run.timed_out:
+        return f"timed out after {number(run.limit_s)} s{where}"
+    last = last_output(run.stdout + run.stderr)
+    return f"crashed: {describe_exit(run.returncode)}{where}, last output:\n{last}"
+
+
+# --------------------------------------------------------------------------- GoogleTest
+
+@dataclass
+class TestResult:
+    passed: bool
+    message: str = ""
+
+
+def matches_filter(test_name, gtest_filter):
+    """Does 'Suite.Test' match a gtest filter such as 'A.*:B.x-A.slow'?"""
+    positive, _, negative = gtest_filter.partition("-")
+    def any_match(patterns):
+        return any(fnmatch.fnmatchcase(test_name, p) for p in patterns.split(":") if p)
+    return any_match(positive or "*") and not any_match(negative)
+
+
+def is_disabled(test_name):
+    suite, _, test = test_name.partition(".")
+    return suite.split("/")[-1].startswith("DISABLED_") or test.startswith("DISABLED_")
+
+
+def read_gtest_json(path):
+    """The 'testsuites' list of a gtest JSON report, or None when missing or unreadable."""
+    try:
+        report = json.loads(Path(path).read_text(encoding="utf-8"))
+        suites = report["testsuites"]
+        return suites if isinstance(suites, list) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def iterate_tests(suites):
+    """Yields ('Suite.Test', test object) for every test in a gtest JSON report."""
+    for suite in suites:
+        if not isinstance(suite, dict) or not isinstance(suite.get("testsuite"), list):
+            continue  # a damaged report: its tests count as not run
+        for test in suite["testsuite"]:
+            if isinstance(test, dict) and "name" in test:
+                yield f"{suite.get('name')}.{test['name']}", test
+
+
+def test_result(test):
+    """Turns one test object of a gtest JSON report into a TestResult (None: did not run)."""
+    failures = [f.get("failure", "") for f in test.get("failures", []) if isinstance(f, dict)]
+    if failures:
+        return TestResult(False, "\n".join(failures))
+    if test.get("result") == "SKIPPED":
+        return TestResult(False, "skipped (a skipped test earns no points)")
+    if test.get("status", "RUN") != "RUN" or test.get("result") == "SUPPRESSED":
+        return None
+    return TestResult(True)
+
+
+def running_test_at_end(output):
+    """The test gtest had started ('[ RUN      ] X') but not finished when output stopped."""
+    current = None
+    for line in output.splitlines():
+        if line.startswith("[ RUN      ] "):
+            current = line[len("[ RUN      ] "):].strip()
+        elif current and line.startswith(("[       OK ]", "[  FAILED  ]", "[  SKIPPED ]")) \
+                and current in line:
+            current = None
+    return current
+
+
+def gtest_environment():
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def list_tests(binary, timeout_s):
+    """All enabled test names of a gtest binary; (names, None) or (None, failed RunResult)."""
+    with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
+        report = Path(scratch) / "list.json"
+        run = run_program([binary, "--gtest_list_tests", f"--gtest_output=json:{report}"],
+                          timeout_s, gtest_environment(), merge_stderr=True)
+        suites = read_gtest_json(report)
+    if suites is None or run.timed_out or run.returncode != 0:
+        return None, run
+    return [name for name, _ in iterate_tests(suites) if not is_disabled(name)], None
+
+
+def run_tests(binary, gtest_filter, timeout_s):
+    """Runs a gtest binary (optionally filtered); returns ({name: TestResult}, RunResult)."""
+    with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
+        report = Path(scratch) / "report.json"
+        command = [binary, f"--gtest_output=json:{report}"]
+        if gtest_filter:
+            command.append(f"--gtest_filter={gtest_filter}")
+        run = run_program(command, timeout_s, gtest_environment(), merge_stderr=True)
+        suites = read_gtest_json(report)
+    results = {}
+    for name, test in iterate_tests(suites or []):
+        result = test_result(test)
+        if result is not None:
+            results[name] = result
+    return results, run
+
+
+class Budget:
+    """Seconds left for re-running crashed tests: at most one more timeout_s in all."""
+
+    def __init__(self, seconds):
+        self.deadline = time.monotonic() + seconds
+        self.ran_out = False
+
+    def left(self):
+        seconds = max(0.0, self.deadline - time.monotonic())
+        self.ran_out = self.ran_out or seconds <= 0
+        return seconds
+
+
+def rerun_after_crash(binary, lab, members, results, budget):
+    """Re-runs each group that lost results, then each test of a group that crashed again.
+
+    Fills `results` in place; a test that crashes on its own gets its own crash message."""
+    for group in lab.groups:
+        missing = [name for name in members[group.name] if name not in results]
+        if not missing or budget.left() <= 0:
+            continue
+        found, run = run_tests(binary, group.filter, min(lab.timeout_s, budget.left()))
+        results.update(found)
+        missing = [name for name in missing if name not in results]
+        if not missing:
+            continue
+        if run.timed_out:   # a hanging test: running its neighbours one by one would hang too
+            message = describe_failed_run(run, running_test_at_end(run.stdout))
+            if run.limit_s < lab.timeout_s:
+                message += " (all the time left for re-runs after the crash)"
+            for name in missing:
+                results[name] = TestResult(False, message)
+            continue
+        for name in missing:
+            if budget.left() <= 0:
+                break
+            found, run = run_tests(binary, name, min(lab.timeout_s, budget.left()))
+            results.update(found)
+            if name not in results:
+                results[name] = TestResult(False, describe_failed_run(run, name))
+
+
+def collect_results(binary, lab, members):
+    """Runs the lab's tests; returns {name: TestResult} for every test in some group."""
+    graded = {name for names in members.values() for name in names}
+    results, run = run_tests(binary, None, lab.timeout_s)
+    first_failure = describe_failed_run(run, running_test_at_end(run.stdout))
+    if graded - set(results) and not run.timed_out:
+        print("grade: the test binary crashed; re-running the affected groups one at a time",
+              file=sys.stderr)
+        budget = Budget(lab.timeout_s)
+        rerun_after_crash(binary, lab, members, results, budget)
+        if budget.ran_out:
+            first_failure += (f"\n(this test was not re-run on its own: re-runs after a crash "
+                              f"get {number(lab.timeout_s)} s in all, and they were used up)")
+    for name in graded - set(results):
+        results[name] = TestResult(False, first_failure)
+    return results
+
+
+def group_entry(group, names, results):
+    """The scorecard entry of one group: points x passed / tests."""
+    if not names:
+        return Entry(group.name, 0, group.points, f"no tests matched {group.filter}", passed=False)
+    failed = [name for name in names if not results[name].passed]
+    passed = len(names) - len(failed)
+    lines = [f"{passed}/{len(names)} tests passed"]
+    if failed:
+        lines.append("failed: " + ", ".join(failed))
+        for name in failed:
+            lines.append(f"\n--- {name}\n{results[name].message.strip()}")
+    return Entry(group.name, group.points * passed / len(names), group.points, "\n".join(lines),
+                 passed=not failed)
+
+
+def compilation_entry(max_score, output):
+    return Entry("compilation", 0, max_score, output, passed=False)
+
+
+def grade_tests(binary, lab):
+    """The entries of all test groups (or one 'compilation' entry when there is no binary)."""
+    group_points = sum(group.points for group in lab.groups)
+    binary = Path(binary)
+    if not binary.is_file():
+        return [compilation_entry(group_points, f"test binary not found: {binary} (did the build succeed?)")]
+    try:
+        names, failed_listing = list_tests(binary, lab.timeout_s)
+    except OSError as error:
+        return [compilation_entry(group_points, f"cannot run the test binary {binary}: {error.strerror}")]
+    if failed_listing is not None:
+        message = "could not list the tests: " + describe_failed_run(failed_listing)
+        return [Entry(group.name, 0, group.points, message, passed=False) for group in lab.groups]
+    members = {group.name: [n for n in names if matches_filter(n, group.filter)] for group in lab.groups}
+    results = collect_results(binary, lab, members)
+    return [group_entry(group, members[group.name], results) for group in lab.groups]
+
+
+# --------------------------------------------------------------------------- throughput
+
+class BenchError(Exception):
+    """A bench run that gave no usable number; the message says why."""
+
+
+def bench_value(cli, args, metric, timeout_s):
+    """Runs `cli bench ...` once and returns the metric from its JSON output."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "2")
+    try:
+        run = run_program([cli, *args], timeout_s, env)
+    except OSError as error:
+        raise BenchError(f"cannot run {cli}: {error.strerror}") from None
+    if run.timed_out:
+        raise BenchError(f"timed out after {number(timeout_s)} s")
+    if run.returncode != 0:
+        raise BenchError(f"{describe_exit(run.returncode)}; last lines of stderr:\n"
+                         f"{tail(run.stderr, 10) or '(empty)'}")
+    try:
+        value = json.loads(run.stdout)[metric]
+    except (ValueError, KeyError, TypeError):
+        raise BenchError(f"stdout is not a JSON object with a {metric!r} field: "
+                         f"{truncate(run.stdout.strip(), 300)!r}") from None
+    if not is_number(value) or value < 0:
+        raise BenchError(f"{metric} is {value!r}, not a number >= 0")
+    return float(value)
+
+
+def throughput_points(ratio, spec):
+    """Full points at ratio >= full_ratio, none below zero_ratio, linear in between."""
+    fraction = (ratio - spec.zero_ratio) / (spec.full_ratio - spec.zero_ratio)
+    return spec.points * min(1.0, max(0.0, fraction))
+
+
+def measure(spec, student_cli, reference_cli, args):
+    """Runs reference and student interleaved (A B A B ...); returns their metric lists."""
+    values = {"reference": [], "student": []}
+    for _ in range(spec.repetitions):
+        for who, cli in (("reference", reference_cli), ("student", student_cli)):
+            try:
+                values[who].append(bench_value(cli, args, spec.metric, spec.timeout_s))
+            except BenchError as error:
+                raise BenchError(f"the {who} CLI failed: {error}") from None
+    return values["student"], values["reference"]
+
+
+def grade_throughput(spec, student_cli, reference_cli, model):
+    """The speed entry and the leaderboard (empty when there is no ratio)."""
+    def failed(message):
+        return Entry(spec.name, 0, spec.points, message, passed=False), []
+
+    if not Path(model).is_file():
+        return failed(f"model not found: {model} (python3 tools/fetch_model.py downloads it)")
+    for who, cli in (("student", student_cli), ("reference", reference_cli)):
+        if not Path(cli).is_file():
+            return failed(f"{who} CLI not found: {cli}")
+    args = [arg.replace("{model}", str(Path(model).resolve())) for arg in spec.args]
+    try:
+        student, reference = measure(spec, student_cli, reference_cli, args)
+    except BenchError as error:
+        return failed(str(error))
+    student_median, reference_median = statistics.median(student), statistics.median(reference)
+    if reference_median <= 0:
+        return failed(f"the reference CLI reported {spec.metric} = {reference_median}; cannot compare")
+    ratio = student_median / reference_median
+    output = (f"{spec.metric}: student median {student_median:.4g} (runs {fmt_runs(student)}), "
+              f"reference median {reference_median:.4g} (runs {fmt_runs(reference)}), "
+              f"ratio {ratio:.3f}\n"
+              f"full points at ratio >= {spec.full_ratio:.3f}, none below {spec.zero_ratio:.3f}")
+    spread = (max(reference) - min(reference)) / reference_median
+    if spread > NOISY_SPREAD:
+        output += (f"\nnote: the reference runs differ by {spread:.0%} among themselves; "
+                   f"the machine was probably busy, so this ratio is noisy")
+    entry = Entry(spec.name, throughput_points(ratio, spec), spec.points, output)
+    return entry, [{"name": spec.name, "value": round(ratio, 4), "order": "desc"}]
+
+
+def fmt_runs(values):
+    return ", ".join(f"{v:.4g}" for v in values)
+
+
+# --------------------------------------------------------------------------- build
+
+def build(build_dir, lab):
+    """Builds the lab's targets; returns None on success, else a failing 'compilation' entry."""
+    command = ["cmake", "--build", str(build_dir), "--target",
+               f"{lab.tag}_tests", f"servelab-{lab.tag}", "servelab"]
+    print(f"grade: {' '.join(command)}", file=sys.stderr)
+    try:
+        run = run_program(command, BUILD_TIMEOUT_S, merge_stderr=True)
+    except OSError as error:
+        return compilation_entry(lab.max_score, f"cannot run cmake: {error.strerror}")
+    if run.returncode == 0 and not run.timed_out:
+        return None
+    status = "timed out" if run.timed_out else describe_exit(run.returncode)
+    return compilation_entry(lab.max_score,
+                             f"build failed ({status}); last lines of the build output:\n"
+                             f"{tail(run.stdout, BUILD_LOG_LINES)}")
+
+
+# --------------------------------------------------------------------------- main
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description="Grade one servelab lab; writes results.json.")
+    parser.add_argument("--lab", type=int, required=True, help="lab number, e.g. 1")
+    parser.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR)
+    parser.add_argument("--student-tests", type=Path, help="default BUILD/labNN_tests")
+    parser.add_argument("--student-cli", type=Path, help="default BUILD/servelab-labNN")
+    parser.add_argument("--reference-cli", type=Path, help="default BUILD/servelab")
+    parser.add_argument("--manifest", type=Path, help="default labs/labNN_<name>/manifest.json")
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="replaces {model} in bench args")
+    parser.add_argument("--out", type=Path, help="default labs/labNN_<name>/results.json")
+    parser.add_argument("--no-build", action="store_true", help="grade the binaries as they are")
+    parser.add_argument("--repetitions", type=int, help="bench runs per CLI (overrides the manifest)")
+    parser.add_argument("--min-score", type=float, help="exit 1 if the score is below this percent")
+    parser.add_argument("--max-score", type=float, help="exit 1 if the score is above this percent")
+    args = parser.parse_args(argv)
+    if args.lab < 1:
+        parser.error("--lab must be >= 1")
+    if args.repetitions is not None and args.repetitions < 1:
+        parser.error("--repetitions must be >= 1")
+    return args
+
+
+def grade(lab, args):
+    """Builds (unless --no-build) and grades; returns (entries, leaderboard)."""
+    build_dir = args.build_dir
+    if not args.no_build:
+        failure = build(build_dir, lab)
+        if failure is not None:
+            return [failure], []
+    print(f"grade: running the {lab.tag} tests", file=sys.stderr)
+    entries = grade_tests(args.student_tests or build_dir / f"{lab.tag}_tests", lab)
+    leaderboard = []
+    if lab.throughput is not None:
+        if args.repetitions is not None:
+            lab.throughput.repetitions = args.repetitions
+        print(f"grade: measuring {lab.throughput.metric} ({lab.throughput.repetitions} runs each)",
+              file=sys.stderr)
+        entry, leaderboard = grade_throughput(
+            lab.throughput, args.student_cli or build_dir / f"servelab-{lab.tag}",
+            args.reference_cli or build_dir / "servelab", args.model)
+        entries.append(entry)
+    return entries, leaderboard
+
+
+def default_out(args):
+    """Where results.json goes when the manifest could not be read."""
+    folder = find_lab_folder(args.lab)
+    return (folder / "results.json") if folder else Path("results.json")
+
+
+def threshold_exit_code(args, entries):
+    maximum = sum(entry.max_score for entry in entries)
+    percent = 100.0 * total_score(entries) / maximum if maximum > 0 else 0.0
+    if args.min_score is not None and percent < args.min_score:
+        print(f"grade: {percent:.1f}% is below --min-score {number(args.min_score)}%", file=sys.stderr)
+        return 1
+    if args.max_score is not None and percent > args.max_score:
+        print(f"grade: {percent:.1f}% is above --max-score {number(args.max_score)}%", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    started = time.monotonic()
+    lab, entries, leaderboard, grader_failed = None, [], [], False
+    try:
+        lab = load_lab(args.lab, args.manifest)
+        entries, leaderboard = grade(lab, args)
+    except ManifestError as error:
+        print(f"grade.py: error: {error}", file=sys.stderr)
+        entries, grader_failed = [Entry("grader error", 0, 0, str(error), passed=False)], True
+    except Exception:  # the grade must still be written, whatever went wrong
+        details = traceback.format_exc()
+        print(details, file=sys.stderr, end="")
+        max_score = lab.max_score if lab else 0
+        entries, grader_failed = [Entry("grader error", 0, max_score, details, passed=False)], True
+    out = args.out or (lab.folder / "results.json" if lab else default_out(args))
+    write_results(out, entries, leaderboard, time.monotonic() - started)
+    title = f"lab {args.lab:02d}" + (f" ({lab.name})" if lab else "")
+    print_scorecard(title, entries)
+    maximum = sum(entry.max_score for entry in entries)
+    print(f"lab {args.lab:02d}: {number(total_score(entries))}/{number(maximum)} points")
+    print(f"grade: wrote {out}", file=sys.stderr)
+    if grader_failed:
+        return 2
+    return threshold_exit_code(args, entries)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
