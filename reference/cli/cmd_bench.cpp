@@ -1,6 +1,7 @@
 // cmd_bench.cpp — `servelab bench`: prefill and decode throughput, as JSON.
 //
-// Part of the CLI (all labs). Measures, on the loaded model and this machine:
+// Part of the CLI (all labs). Measures, on the loaded model and this machine
+// (a summary, or one JSON object with --json):
 //   prefill: one forward pass over a prompt of --prompt-tokens tokens;
 //   decode:  --gen-tokens greedy tokens after it, with the latency of each
 //            step by position. With the KV cache (default) a decode step
@@ -73,6 +74,7 @@ void add_bench_command(CLI::App& app) {
         int64_t prompt_tokens = 64;
         int32_t gen_tokens = 32;
         int repeats = 3;
+        bool json = false;
     };
     auto opts = std::make_shared<Options>();
     CLI::App* cmd = app.add_subcommand("bench", "measure prefill and decode speed (JSON)");
@@ -84,6 +86,7 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--gen-tokens", opts->gen_tokens)
         ->check(CLI::Range(1, 1 << 20))
         ->capture_default_str();
+    cmd->add_flag("--json", opts->json, "print one JSON object (for scripts and notebooks)");
     cmd->add_option("--repeats", opts->repeats)->check(CLI::Range(1, 1000))->capture_default_str();
     cmd->callback([opts] {
         Model model = opts->model.load();
@@ -140,7 +143,24 @@ void add_bench_command(CLI::App& app) {
              decode_steps > 0 ? 1000.0 * decode_steps / median(decode_ms) : 0.0},
             {"latency_by_position", latency},
         };
-        std::printf("%s\n", report.dump(2).c_str());
+        if (opts->json) {
+            std::printf("%s\n", report.dump(2).c_str());
+            return;
+        }
+        std::printf("%s, %s, %d threads\n", model.config.name.c_str(),
+                    report["mode"].get<std::string>().c_str(), omp_get_max_threads());
+        std::printf("prefill: %lld tokens in %.1f ms = %.1f tokens/s\n",
+                    (long long)opts->prompt_tokens, median(prefill_ms),
+                    report["prefill_tokens_per_s"].get<double>());
+        std::printf("decode:  %d tokens, %.2f tokens/s (median of %d)\n", opts->gen_tokens,
+                    report["decode_tokens_per_s"].get<double>(), opts->repeats);
+        std::printf("step latency by position (ms):");
+        const size_t stride = std::max<size_t>(1, latency_by_step.size() / 8);
+        for (size_t i = 0; i < latency_by_step.size(); i += stride) {
+            std::printf(" %lld:%.1f", (long long)(opts->prompt_tokens + int64_t(i)),
+                        median(latency_by_step[i]));
+        }
+        std::printf("\n(--json prints every figure as one JSON object)\n");
     });
 }
 

@@ -72,7 +72,7 @@ def test_tiny(servelab, workdir):
     check("chat reads turns from stdin", code == 0, err)
 
     code, out, err = run(servelab, "bench", "-m", tiny, "--prompt-tokens", "8", "--gen-tokens", "4",
-                         "--repeats", "1")
+                         "--repeats", "1", "--json")
     report = json.loads(out) if code == 0 else {}
     check("bench prints JSON", all(k in report for k in
                                     ("prefill_tokens_per_s", "decode_tokens_per_s",

@@ -1,0 +1,52 @@
+# tests/notebooks/tests.cmake — execute each lab notebook (notebooks/*.ipynb) headless.
+#
+# Included from the top CMakeLists.txt once the `servelab` target exists.
+# The notebooks need a Python with jupyter nbconvert, ipykernel and matplotlib
+# (tools/requirements.txt, installed into .venv by tools/setup.sh), passed as
+# SERVELAB_PYTHON. Without it the tests are skipped with a status message.
+#
+# Each test runs the notebook in "small" mode (SERVELAB_NOTEBOOK_MODE=small: a
+# tiny random model made on the spot, a few seconds) and writes the executed
+# copy to <build>/notebooks/; the committed notebooks, with the plots of a full
+# SmolLM2 run, are never rewritten by the tests.
+#
+# Tests registered (label "notebooks"):
+#   notebook_lab01_naive_decoding   latency versus position without a KV cache
+#   notebook_lab02_kv_cache         with versus without the cache; KV bytes per config
+
+set(servelab_notebooks_ready FALSE)
+if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
+  execute_process(
+    COMMAND ${SERVELAB_PYTHON} -c "import nbconvert, nbclient, ipykernel, matplotlib"
+    RESULT_VARIABLE servelab_notebooks_import_rc
+    OUTPUT_QUIET ERROR_QUIET)
+  if(servelab_notebooks_import_rc EQUAL 0)
+    set(servelab_notebooks_ready TRUE)
+  else()
+    message(STATUS "servelab: ${SERVELAB_PYTHON} lacks nbconvert/ipykernel/matplotlib; skipping notebook tests")
+  endif()
+else()
+  message(STATUS "servelab: SERVELAB_PYTHON not set or missing; skipping notebook tests")
+endif()
+
+if(servelab_notebooks_ready)
+  set(servelab_notebooks_out ${CMAKE_BINARY_DIR}/notebooks)
+  file(MAKE_DIRECTORY ${servelab_notebooks_out})
+  # ENVIRONMENT takes a list: one "NAME=value" element per variable.
+  set(servelab_notebooks_env
+    "SERVELAB_NOTEBOOK_MODE=small"
+    "SERVELAB_BIN=$<TARGET_FILE:servelab>"
+    "SERVELAB_ROOT=${CMAKE_SOURCE_DIR}"
+    "OMP_NUM_THREADS=1")
+  foreach(notebook lab01_naive_decoding lab02_kv_cache)
+    add_test(NAME notebook_${notebook}
+      COMMAND ${SERVELAB_PYTHON} -m jupyter nbconvert --to notebook --execute
+              --ExecutePreprocessor.timeout=240
+              --output-dir ${servelab_notebooks_out}
+              ${CMAKE_SOURCE_DIR}/notebooks/${notebook}.ipynb
+      WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/notebooks)
+    set_tests_properties(notebook_${notebook} PROPERTIES
+      LABELS "notebooks" TIMEOUT 300
+      ENVIRONMENT "${servelab_notebooks_env}")
+  endforeach()
+endif()
