@@ -89,11 +89,12 @@ TEST(ModelRunner, QuantizedWeightsApproximateFp32) {
     const auto ids = random_tokens(random, 10, reference->model.config.vocab_size);
     ModelRunner reference_runner(reference->model.config, reference->model.weights);
     const auto expected = reference_runner.forward({ids, 0, LogitsFor::kAllTokens});
-    for (auto [type, tolerance] : {std::pair{GgmlType::kF16, 1e-3},
-                                   {GgmlType::kBF16, 1e-2},
-                                   {GgmlType::kQ8_0, 5e-2},
-                                   {GgmlType::kQ4_1, 0.6},
-                                   {GgmlType::kQ4_0, 0.6}}) {
+    // Bounds about 3x the largest relative L2 error seen over many seeds.
+    for (auto [type, tolerance] : {std::pair{GgmlType::kF16, 4e-3},
+                                   {GgmlType::kBF16, 3e-2},
+                                   {GgmlType::kQ8_0, 0.1},
+                                   {GgmlType::kQ4_1, 0.8},
+                                   {GgmlType::kQ4_0, 0.8}}) {
         auto quantized = make_model({.seed = seed, .weight_type = type});
         ModelRunner runner(quantized->model.config, quantized->model.weights);
         const auto logits = runner.forward({ids, 0, LogitsFor::kAllTokens});
