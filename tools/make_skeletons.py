@@ -387,10 +387,29 @@ def stub_lines(region, name):
     return todo + [f'{region.indent}throw NotImplemented("lab{region.lab}: {name}");\n']
 
 
+def sorted_position_in_block(lines, last):
+    """Where the NotImplemented #include sorts within the block of quoted
+    includes that ends at line `last` (clang-format keeps such a block in
+    order); after `last` when that block is not quoted includes."""
+    quoted = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+    if not quoted.match(strip_eol(lines[last])):
+        return last + 1
+    first = last
+    while first > 0 and quoted.match(strip_eol(lines[first - 1])):
+        first -= 1
+    # A .cpp file's first include is its own header, which stays first.
+    first_include = next(i for i, raw in enumerate(lines) if INCLUDE.match(strip_eol(raw)))
+    for i in range(max(first, first_include + 1), last + 1):
+        if quoted.match(strip_eol(lines[i])).group(1) > NOT_IMPLEMENTED_HEADER:
+            return i
+    return last + 1
+
+
 def include_position(lines):
     """Index of the line before which the NotImplemented #include goes.
 
-    After the last #include outside any #if block (or, in a file whose
+    In sorted place within the last block of quoted #includes outside any
+    #if block, else after the last #include outside any #if block (or, in a file whose
     includes are all inside an include guard, after the last one); with no
     #include at all, after `#pragma once` or else after the leading comments.
     """
@@ -407,7 +426,7 @@ def include_position(lines):
                 last_top = i
     last = last_top if last_top is not None else last_any
     if last is not None:
-        return last + 1
+        return sorted_position_in_block(lines, last)
     for i, raw in enumerate(lines):
         if re.match(r"^\s*#\s*pragma\s+once\b", raw):
             return i + 1

@@ -9,9 +9,9 @@
 #include <optional>
 
 #include "reference/common/error.h"
+#include "reference/common/not_implemented.h"
 #include "reference/engine/step_plan.h"
 #include "reference/sampling/sampler.h"
-#include "reference/common/not_implemented.h"
 
 namespace servelab {
 namespace {
