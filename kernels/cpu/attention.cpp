@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/head_mapping.h"
 #include "kernels/cpu/softmax.h"
 
 namespace servelab {
@@ -11,9 +12,8 @@ namespace servelab {
 void attention_causal(const float* q, const float* k, const float* v, float* out,
                       const AttentionShape& s) {
     // BEGIN SOLUTION lab01
-    // HINT: query head h reads KV head h / (num_heads / num_kv_heads)
+    // HINT: query head h reads KV head kv_head_for_query_head(h, ...) (head_mapping.h)
     // HINT: query t is at position num_keys - num_queries + t; it sees keys up to there
-    const int64_t group_size = s.num_heads / s.num_kv_heads;
     const int64_t q_stride = s.num_heads * s.head_dim;      // floats per query token
     const int64_t kv_stride = s.num_kv_heads * s.head_dim;  // floats per key token
     const int64_t first_query_position = s.num_keys - s.num_queries;
@@ -25,7 +25,7 @@ void attention_causal(const float* q, const float* k, const float* v, float* out
 #pragma omp for collapse(2) schedule(static)
         for (int64_t t = 0; t < s.num_queries; ++t) {
             for (int64_t h = 0; h < s.num_heads; ++h) {
-                const int64_t kv_head = h / group_size;
+                const int64_t kv_head = kv_head_for_query_head(h, s.num_heads, s.num_kv_heads);
                 const int64_t visible_keys = first_query_position + t + 1;  // causal mask
                 const float* q_th = q + t * q_stride + h * s.head_dim;
 

@@ -4,8 +4,8 @@
 // and query token t:
 //   scores[j] = q[t,h] · k[j,g] / sqrt(head_dim)   for keys j <= position(t)
 //   out[t,h]  = Σ_j softmax(scores)[j] · v[j,g]
-// where g = h / (num_heads / num_kv_heads) is the KV head that query head h
-// shares with its group (g = h for MHA, g = 0 for MQA).
+// where g = kv_head_for_query_head(h, ...) is the KV head that query head h
+// shares with its group (g = h for MHA, g = 0 for MQA; head_mapping.h, Lab 3).
 //
 // The queries are the LAST num_queries of the num_keys tokens: query t sits at
 // position num_keys - num_queries + t and may see keys up to that position.

@@ -62,13 +62,29 @@ SamplingParams SamplingOptions::resolve() const {
 void CacheOptions::add_to(CLI::App& command) {
     command.add_flag("--no-kv-cache", disabled,
                      "recompute the whole sequence every step (naive decoding, Lab 1)");
+    command
+        .add_option("--kv-dtype", kv_dtype,
+                    "KV cache element type: f32, f16, bf16, int8 or fp8 (Lab 3)")
+        ->check(CLI::IsMember({"f32", "f16", "bf16", "int8", "fp8"}))
+        ->capture_default_str();
+    command
+        .add_option("--mla-attention", mla_attention,
+                    "MLA models: 'absorbed' (attend over the latents) or 'naive' (up-project "
+                    "them first); both give the same result (Lab 3)")
+        ->check(CLI::IsMember({"absorbed", "naive"}))
+        ->capture_default_str();
+}
+
+MlaMode CacheOptions::mla_mode() const {
+    return mla_attention == "naive" ? MlaMode::kNaive : MlaMode::kAbsorbed;
 }
 
 std::unique_ptr<KvCache> CacheOptions::make(const ModelConfig& config, int64_t prompt_tokens,
                                             int64_t max_tokens) const {
     if (disabled) return nullptr;
     const int64_t tokens = std::min(config.context_length, prompt_tokens + max_tokens);
-    return std::make_unique<KvCache>(config, std::max<int64_t>(tokens, 1));
+    return std::make_unique<KvCache>(config, std::max<int64_t>(tokens, 1),
+                                     parse_kv_dtype(kv_dtype));
 }
 
 std::vector<int32_t> parse_token_list(const std::string& text) {

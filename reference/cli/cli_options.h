@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "reference/engine/model_runner.h"
 #include "reference/kv/kv_cache.h"
 #include "reference/model/model.h"
 #include "reference/sampling/sampling_params.h"
@@ -36,15 +37,18 @@ struct SamplingOptions {
     SamplingParams resolve() const;  // validated; throws servelab::Error
 };
 
-// --no-kv-cache, shared by generate, chat and bench.
+// --no-kv-cache, --kv-dtype and --mla-attention, shared by generate, chat and bench.
 struct CacheOptions {
     bool disabled = false;
+    std::string kv_dtype = "f32";
+    std::string mla_attention = "absorbed";
 
     void add_to(CLI::App& command);
     // A cache for prompt + max_tokens tokens (capped at the context length),
     // or nullptr with --no-kv-cache (naive decoding, Lab 1).
     std::unique_ptr<KvCache> make(const ModelConfig& config, int64_t prompt_tokens,
                                   int64_t max_tokens) const;
+    MlaMode mla_mode() const;
 };
 
 // "1,2,3" → {1, 2, 3}; throws servelab::Error naming the bad item.

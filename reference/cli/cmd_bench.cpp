@@ -96,7 +96,7 @@ void add_bench_command(CLI::App& app) {
                             "length {}",
                             opts->prompt_tokens, opts->gen_tokens, model.config.context_length));
         }
-        ModelRunner runner(model.config, model.weights);
+        ModelRunner runner(model.config, model.weights, opts->cache.mla_mode());
         const std::vector<TokenId> prompt = bench_prompt(model.tokenizer, opts->prompt_tokens);
         SamplingParams greedy;
         greedy.max_tokens = opts->gen_tokens;
@@ -106,15 +106,20 @@ void add_bench_command(CLI::App& app) {
         std::vector<double> decode_ms;
         std::vector<std::vector<double>> latency_by_step(size_t(opts->gen_tokens));
         for (int r = 0; r < opts->repeats; ++r) {
-            const auto start = std::chrono::steady_clock::now();
-            runner.forward({prompt, 0});
-            prefill_ms.push_back(
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                    .count());
+            // Without a cache, generation's first step is not a prefill (every
+            // step recomputes everything), so prefill is timed on its own.
+            if (opts->cache.disabled) {
+                const auto start = std::chrono::steady_clock::now();
+                runner.forward({prompt, 0});
+                prefill_ms.push_back(std::chrono::duration<double, std::milli>(
+                                         std::chrono::steady_clock::now() - start)
+                                         .count());
+            }
             const std::unique_ptr<KvCache> cache =
                 opts->cache.make(model.config, opts->prompt_tokens, opts->gen_tokens);
             const GenerationResult result =
                 generate(runner, model.config, model.tokenizer, prompt, greedy, {}, cache.get());
+            if (cache) prefill_ms.push_back(result.timings.first_step_ms);
             decode_ms.push_back(result.timings.total_ms - result.timings.first_step_ms);
             for (size_t i = 0; i < result.timings.step_latency_ms.size(); ++i) {
                 latency_by_step[i].push_back(result.timings.step_latency_ms[i]);
@@ -129,9 +134,11 @@ void add_bench_command(CLI::App& app) {
         const double decode_steps = double(opts->gen_tokens - 1);
         const nlohmann::json report = {
             {"model", model.config.name},
-            {"mode", opts->cache.disabled ? "naive decoding (no KV cache), fp32 weights"
-                                          : "KV cache, fp32 weights"},
+            {"mode", opts->cache.disabled
+                         ? "naive decoding (no KV cache), fp32 weights"
+                         : fmt::format("KV cache ({}), fp32 weights", opts->cache.kv_dtype)},
             {"kv_cache", !opts->cache.disabled},
+            {"kv_dtype", opts->cache.disabled ? "none" : opts->cache.kv_dtype},
             {"machine", {{"cpu", cpu_model_name()}, {"threads", omp_get_max_threads()}}},
             {"date", utc_date()},
             {"prompt_tokens", opts->prompt_tokens},

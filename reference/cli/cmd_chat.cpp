@@ -66,7 +66,7 @@ void add_chat_command(CLI::App& app) {
     cmd->callback([opts] {
         const SamplingParams params = opts->sampling.resolve();
         Model model = opts->model.load();
-        ModelRunner runner(model.config, model.weights);
+        ModelRunner runner(model.config, model.weights, opts->cache.mla_mode());
         const bool interactive = isatty(STDIN_FILENO) != 0;
 
         std::vector<ChatMessage> conversation;

@@ -80,7 +80,7 @@ void add_generate_command(CLI::App& app) {
             }
         }
 
-        ModelRunner runner(model.config, model.weights);
+        ModelRunner runner(model.config, model.weights, opts->cache.mla_mode());
         TokenCallback stream;
         if (!opts->json) {
             stream = [](TokenId, const std::string& piece) {

@@ -3,6 +3,9 @@
 // Part of the CLI (all labs). Prints the metadata (long arrays summarized),
 // the tensor table, the parameter count and the KV-cache bytes per token —
 // the figure chapter 11.3 builds on. --json prints the same as one object.
+// --kv (Lab 3) prints instead the KV footprint of this model and of the
+// named configs of reference/kv/kv_budget.h, for fp32/fp16/int8 elements,
+// against a memory budget (--kv-budget).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -11,6 +14,7 @@
 
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
+#include "reference/kv/kv_budget.h"
 #include "reference/model/gguf_reader.h"
 #include "reference/model/model_config.h"
 #include "reference/model/model_weights.h"
@@ -77,29 +81,100 @@ std::string dims_to_string(const std::vector<int64_t>& dims) {
     return text + "]";
 }
 
+constexpr KvDtype kReportedKvDtypes[] = {KvDtype::kF32, KvDtype::kF16, KvDtype::kInt8};
+
+nlohmann::json kv_report_json(const std::vector<NamedModelConfig>& configs, int64_t budget) {
+    nlohmann::json out;
+    out["budget_bytes"] = budget;
+    for (const auto& [name, config] : configs) {
+        nlohmann::json entry = {{"name", name},
+                                {"attention", attention_label(config)},
+                                {"num_layers", config.num_layers},
+                                {"num_heads", config.num_heads},
+                                {"num_kv_heads", config.num_kv_heads},
+                                {"head_dim", config.head_dim},
+                                {"kv_lora_rank", config.kv_lora_rank},
+                                {"rope_dim", config.rope_dim},
+                                {"context_length", config.context_length}};
+        for (KvDtype dtype : kReportedKvDtypes) {
+            const KvFootprint f = kv_footprint(config, dtype, budget);
+            entry["footprints"].push_back({{"dtype", kv_dtype_name(dtype)},
+                                           {"bytes_per_token", f.bytes_per_token},
+                                           {"bytes_at_4k", f.bytes_at_4k},
+                                           {"bytes_at_32k", f.bytes_at_32k},
+                                           {"max_context_tokens", f.max_context_tokens},
+                                           {"concurrent_4k_requests", f.concurrent_4k_requests}});
+        }
+        out["configs"].push_back(entry);
+    }
+    return out;
+}
+
+void print_kv_report(const std::vector<NamedModelConfig>& configs, int64_t budget) {
+    std::printf("KV cache per sequence (keys + values of every layer; int8 includes one fp32\n");
+    std::printf("scale per token and head). Budget for the last two columns: %s.\n\n",
+                format_bytes(budget).c_str());
+    std::printf("%-26s %-12s %-5s %12s %12s %12s %14s %12s\n", "model", "attention", "type",
+                "per token", "4k context", "32k context", "max context", "4k requests");
+    for (const auto& [name, config] : configs) {
+        for (KvDtype dtype : kReportedKvDtypes) {
+            const KvFootprint f = kv_footprint(config, dtype, budget);
+            std::printf("%-26s %-12s %-5s %12s %12s %12s %14lld %12lld\n", name.c_str(),
+                        attention_label(config).c_str(), kv_dtype_name(dtype).c_str(),
+                        format_bytes(f.bytes_per_token).c_str(),
+                        format_bytes(f.bytes_at_4k).c_str(), format_bytes(f.bytes_at_32k).c_str(),
+                        (long long)f.max_context_tokens, (long long)f.concurrent_4k_requests);
+        }
+    }
+    std::printf(
+        "\nmax context: tokens of ONE sequence whose cache fits the budget (the model's own\n"
+        "context limit may be lower); 4k requests: 4096-token sequences that fit side by side.\n");
+}
+
 }  // namespace
 
 void add_info_command(CLI::App& app) {
     struct Options {
         std::string path = kDefaultModelPath;
         bool json = false;
+        bool kv = false;
+        std::string kv_budget = "16GiB";
     };
     auto opts = std::make_shared<Options>();
     CLI::App* cmd = app.add_subcommand("info", "show a model's metadata, tensors and sizes");
     cmd->add_option("-m,--model", opts->path, "GGUF model file")->capture_default_str();
     cmd->add_flag("--json", opts->json, "print one JSON object");
+    cmd->add_flag("--kv", opts->kv,
+                  "KV-cache footprint of this model and of named configs (Lab 3)");
+    cmd->add_option("--kv-budget", opts->kv_budget, "memory for the KV cache, e.g. 16GiB, 80GB")
+        ->capture_default_str();
     cmd->callback([opts] {
         // Only the header is needed: the weights are not dequantized.
         const GgufFile file = GgufFile::open(opts->path);
         const ModelConfig config = ModelConfig::from_gguf(file);
         const int64_t parameters = count_parameters(config);
 
+        if (opts->kv) {
+            const int64_t budget = parse_byte_size(opts->kv_budget);
+            std::vector<NamedModelConfig> configs = {{"(loaded model)", config}};
+            for (auto& named : named_model_configs()) configs.push_back(std::move(named));
+            if (opts->json) {
+                nlohmann::json out = kv_report_json(configs, budget);
+                out["loaded_model"] = {{"path", opts->path}, {"name", config.name}};
+                std::printf("%s\n", out.dump(2).c_str());
+            } else {
+                std::printf("(loaded model) = %s, %s\n\n", opts->path.c_str(), config.name.c_str());
+                print_kv_report(configs, budget);
+            }
+            return;
+        }
+
         if (opts->json) {
             nlohmann::json out;
             out["path"] = opts->path;
             out["gguf_version"] = file.version();
             out["parameters"] = parameters;
-            out["kv_bytes_per_token_fp32"] = config.kv_bytes_per_token();
+            out["kv_bytes_per_token_fp32"] = kv_cache_bytes(config, 1, KvDtype::kF32);
             for (const auto& [key, value] : file.metadata())
                 out["metadata"][key] = value_to_json(value);
             for (const GgufTensorInfo& t : file.tensors()) {
@@ -122,11 +197,13 @@ void add_info_command(CLI::App& app) {
             (long long)config.vocab_size, (long long)config.context_length);
         std::printf("parameters:  %lld (%.1f M)%s\n", (long long)parameters, parameters / 1e6,
                     config.tied_embeddings ? ", output head tied to the embedding" : "");
+        const KvLayout layout = kv_layout(config);
         std::printf(
             "KV cache:    %lld bytes per token in fp32 "
-            "(2 x %lld layers x %lld kv heads x %lld dims x 4 bytes)\n",
-            (long long)config.kv_bytes_per_token(), (long long)config.num_layers,
-            (long long)config.num_kv_heads, (long long)config.head_dim);
+            "(%lld layers x (%lld + %lld cached numbers) x 4 bytes; %s)\n",
+            (long long)kv_cache_bytes(config, 1, KvDtype::kF32), (long long)config.num_layers,
+            (long long)layout.keys.elements(), (long long)layout.values.elements(),
+            attention_label(config).c_str());
         std::printf("\nmetadata (%zu keys):\n", file.metadata().size());
         for (const auto& [key, value] : file.metadata()) {
             std::string text = value_to_string(value);

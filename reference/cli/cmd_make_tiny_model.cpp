@@ -19,7 +19,8 @@ void add_make_tiny_model_command(CLI::App& app) {
         TinyModelOptions model;
     };
     auto opts = std::make_shared<Options>();
-    CLI::App* cmd = app.add_subcommand("make-tiny-model", "write a small random llama GGUF");
+    CLI::App* cmd = app.add_subcommand(
+        "make-tiny-model", "write a small random llama (or, with --mla, deepseek2) GGUF");
     cmd->add_option("-o,--out", opts->out, "output path")->required();
     cmd->add_option("--seed", opts->model.seed, "random seed")->capture_default_str();
     cmd->add_option("--weight-type", opts->weight_type, "f32, f16, bf16, q8_0, q4_0, q4_1")
@@ -40,6 +41,23 @@ void add_make_tiny_model_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--context", opts->model.context_length)
         ->check(CLI::Range(2, 1 << 20))
+        ->capture_default_str();
+    cmd->add_flag("--mla", opts->model.mla,
+                  "multi-head latent attention: a deepseek2 model with a dense MLP (Lab 3)");
+    cmd->add_option("--kv-lora-rank", opts->model.kv_lora_rank, "MLA: cached latent width d_c")
+        ->check(CLI::Range(1, 4096))
+        ->capture_default_str();
+    cmd->add_option("--q-lora-rank", opts->model.q_lora_rank, "MLA: query bottleneck (0 = none)")
+        ->check(CLI::Range(0, 4096))
+        ->capture_default_str();
+    cmd->add_option("--qk-nope-dim", opts->model.qk_nope_dim, "MLA: per-head dims without RoPE")
+        ->check(CLI::Range(1, 1024))
+        ->capture_default_str();
+    cmd->add_option("--qk-rope-dim", opts->model.qk_rope_dim, "MLA: shared RoPE key width (even)")
+        ->check(CLI::Range(2, 1024))
+        ->capture_default_str();
+    cmd->add_option("--v-head-dim", opts->model.v_head_dim, "MLA: per-head value width")
+        ->check(CLI::Range(1, 1024))
         ->capture_default_str();
     cmd->callback([opts] {
         opts->model.weight_type = parse_weight_type(opts->weight_type);

@@ -16,5 +16,6 @@ void add_bench_command(CLI::App& app);            // prefill/decode throughput a
 void add_logits_command(CLI::App& app);           // raw logits of a prompt (oracle tests)
 void add_make_tiny_model_command(CLI::App& app);  // random small llama GGUF
 void add_devices_command(CLI::App& app);          // CPU threads, CUDA GPUs
+void add_kv_compare_command(CLI::App& app);       // KV cache type vs fp32 (Lab 3)
 
 }  // namespace servelab::cli

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
     servelab::cli::add_logits_command(app);
     servelab::cli::add_make_tiny_model_command(app);
     servelab::cli::add_devices_command(app);
+    servelab::cli::add_kv_compare_command(app);
 
     try {
         app.parse(argc, argv);

@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
@@ -12,12 +14,13 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
 #include "reference/attention/cached_attention.h"
+#include "reference/attention/mla_attention.h"
 #include "reference/common/error.h"
 
 namespace servelab {
 
-ModelRunner::ModelRunner(const ModelConfig& config, const ModelWeights& weights)
-    : config_(config), weights_(weights) {}
+ModelRunner::ModelRunner(const ModelConfig& config, const ModelWeights& weights, MlaMode mla_mode)
+    : config_(config), weights_(weights), mla_mode_(mla_mode) {}
 
 void ModelRunner::check_step(const StepInput& step, const KvCache* cache) const {
     if (step.tokens.empty()) throw Error("forward: a step needs at least one token");
@@ -58,11 +61,19 @@ void ModelRunner::resize_buffers(int64_t num_tokens) {
     q_.resize(n(config_.q_dim()));
     k_.resize(n(config_.kv_dim()));
     v_.resize(n(config_.kv_dim()));
-    attn_out_.resize(n(config_.q_dim()));
+    attn_out_.resize(n(config_.attn_out_dim()));
     delta_.resize(n(config_.dim));
     gate_.resize(n(config_.ffn_dim));
     up_.resize(n(config_.ffn_dim));
     positions_.resize(size_t(num_tokens));
+    if (config_.is_mla()) {
+        q_a_.resize(n(config_.q_lora_rank));
+        q_nope_.resize(n(config_.num_heads * config_.qk_nope_dim));
+        q_pe_.resize(n(config_.num_heads * config_.rope_dim));
+        kv_a_.resize(n(config_.kv_lora_rank + config_.rope_dim));
+        c_kv_.resize(n(config_.kv_lora_rank));
+        k_pe_.resize(n(config_.rope_dim));
+    }
 }
 
 std::vector<float> ModelRunner::forward(const StepInput& step, KvCache* cache) {
@@ -77,8 +88,20 @@ std::vector<float> ModelRunner::forward(const StepInput& step, KvCache* cache) {
         std::memcpy(x_.data() + t * dim, row, size_t(dim) * sizeof(float));
     }
 
+    // MLA attends through its latent cache even in naive decoding: without a
+    // cache the step gets a scratch one holding just this step's tokens,
+    // which is what attention without a cache sees anyway.
+    std::unique_ptr<KvCache> step_cache;
+    if (cache == nullptr && config_.is_mla()) {
+        step_cache = std::make_unique<KvCache>(config_, num_tokens);
+        cache = step_cache.get();
+    }
     for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-        attention_block(layer, step, cache);
+        if (config_.is_mla()) {
+            mla_attention_block(layer, step, *cache);
+        } else {
+            attention_block(layer, step, cache);
+        }
         mlp_block(weights_.layers[size_t(layer)], num_tokens);
     }
     if (cache != nullptr) cache->commit(num_tokens);
@@ -121,6 +144,60 @@ void ModelRunner::attention_block(int64_t layer_index, const StepInput& step, Kv
 
     matmul(attn_out_.data(), layer.wo.data(), delta_.data(), num_tokens, config_.q_dim(), dim);
     add_inplace(x_.data(), delta_.data(), num_tokens * dim);
+}
+
+// DeepSeek-V2 attention. Per head, queries are [q_nope | q_pe]; the layer
+// caches c_kv = RMSNorm(first kv_lora_rank of x·W_kv_aᵀ) and k_pe = RoPE(the
+// last rope_dim), and the chosen MLA form attends over them.
+void ModelRunner::mla_attention_block(int64_t layer_index, const StepInput& step, KvCache& cache) {
+    const LayerWeights& layer = weights_.layers[size_t(layer_index)];
+    const ModelConfig& c = config_;
+    const int64_t num_tokens = int64_t(step.tokens.size());
+    rmsnorm_rows(x_.data(), layer.attn_norm.data(), normed_.data(), num_tokens, c.dim,
+                 c.rms_norm_eps);
+
+    // Queries, optionally through the low-rank bottleneck (q_lora_rank > 0).
+    if (c.q_lora_rank > 0) {
+        matmul(normed_.data(), layer.wq_a.data(), q_a_.data(), num_tokens, c.dim, c.q_lora_rank);
+        rmsnorm_rows(q_a_.data(), layer.q_a_norm.data(), q_a_.data(), num_tokens, c.q_lora_rank,
+                     c.rms_norm_eps);
+        matmul(q_a_.data(), layer.wq_b.data(), q_.data(), num_tokens, c.q_lora_rank, c.q_dim());
+    } else {
+        matmul(normed_.data(), layer.wq.data(), q_.data(), num_tokens, c.dim, c.q_dim());
+    }
+    for (int64_t row = 0; row < num_tokens * c.num_heads; ++row) {  // split [nope | pe]
+        const float* q_head = q_.data() + row * c.head_dim;
+        std::copy(q_head, q_head + c.qk_nope_dim, q_nope_.data() + row * c.qk_nope_dim);
+        std::copy(q_head + c.qk_nope_dim, q_head + c.head_dim, q_pe_.data() + row * c.rope_dim);
+    }
+
+    // The latent and the shared RoPE key: all this layer caches.
+    const int64_t kv_a_width = c.kv_lora_rank + c.rope_dim;
+    matmul(normed_.data(), layer.wkv_a.data(), kv_a_.data(), num_tokens, c.dim, kv_a_width);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+        const float* row = kv_a_.data() + t * kv_a_width;
+        rmsnorm(row, layer.kv_a_norm.data(), c_kv_.data() + t * c.kv_lora_rank, c.kv_lora_rank,
+                c.rms_norm_eps);
+        std::copy(row + c.kv_lora_rank, row + kv_a_width, k_pe_.data() + t * c.rope_dim);
+    }
+    const RopeParams rope{c.rope_dim, c.rope_dim, c.rope_freq_base};
+    rope_apply_rows(q_pe_.data(), positions_.data(), num_tokens, c.num_heads, rope);
+    rope_apply_rows(k_pe_.data(), positions_.data(), num_tokens, 1, rope);
+    cache.write(layer_index, step.start_position, k_pe_.data(), c_kv_.data(), num_tokens);
+
+    const MlaShape shape{.num_queries = num_tokens,
+                         .num_keys = step.start_position + num_tokens,
+                         .num_heads = c.num_heads,
+                         .qk_nope_dim = c.qk_nope_dim,
+                         .rope_dim = c.rope_dim,
+                         .v_head_dim = c.v_head_dim,
+                         .kv_lora_rank = c.kv_lora_rank};
+    const auto attend = mla_mode_ == MlaMode::kNaive ? mla_attention_naive : mla_attention_absorbed;
+    attend(q_nope_.data(), q_pe_.data(), cache.keys(layer_index), cache.values(layer_index),
+           layer.wkv_b.data(), attn_out_.data(), shape);
+
+    matmul(attn_out_.data(), layer.wo.data(), delta_.data(), num_tokens, c.attn_out_dim(), c.dim);
+    add_inplace(x_.data(), delta_.data(), num_tokens * c.dim);
 }
 
 void ModelRunner::mlp_block(const LayerWeights& layer, int64_t num_tokens) {

@@ -16,6 +16,10 @@
 // cache's end: each layer appends its keys and values to the cache and
 // attends over everything cached (reference/attention/cached_attention.h).
 // The walk through the layers is the same either way.
+//
+// MLA models (deepseek2, Lab 3) replace the q/k/v projections with
+// mla_attention_block: queries as before, but the layer caches only the
+// latent c_kv and the shared RoPE key k_pe (reference/attention/mla_attention.h).
 #pragma once
 
 #include <cstdint>
@@ -40,10 +44,14 @@ struct StepInput {
     LogitsFor logits_for = LogitsFor::kLastToken;
 };
 
+// How MLA layers read the latent cache (both give the same logits).
+enum class MlaMode { kAbsorbed, kNaive };
+
 class ModelRunner {
   public:
     // The runner keeps references: config and weights must outlive it.
-    ModelRunner(const ModelConfig& config, const ModelWeights& weights);
+    ModelRunner(const ModelConfig& config, const ModelWeights& weights,
+                MlaMode mla_mode = MlaMode::kAbsorbed);
 
     // Returns logits, (rows, vocab_size) row-major with rows = 1 for
     // kLastToken and tokens.size() for kAllTokens. With a cache, the step must
@@ -56,10 +64,12 @@ class ModelRunner {
     void check_step(const StepInput& step, const KvCache* cache) const;
     void resize_buffers(int64_t num_tokens);
     void attention_block(int64_t layer_index, const StepInput& step, KvCache* cache);
+    void mla_attention_block(int64_t layer_index, const StepInput& step, KvCache& cache);
     void mlp_block(const LayerWeights& layer, int64_t num_tokens);
 
     const ModelConfig& config_;
     const ModelWeights& weights_;
+    MlaMode mla_mode_;
 
     // Activations of the current step, sized for num_tokens (T) on demand
     // (llama2.c's RunState, one step at a time).
@@ -73,6 +83,13 @@ class ModelRunner {
     std::vector<float> gate_;         // (T, ffn_dim)
     std::vector<float> up_;           // (T, ffn_dim)
     std::vector<int64_t> positions_;  // (T)
+    // MLA only.
+    std::vector<float> q_a_;     // (T, q_lora_rank) the query bottleneck
+    std::vector<float> q_nope_;  // (T, num_heads, qk_nope_dim)
+    std::vector<float> q_pe_;    // (T, num_heads, rope_dim)
+    std::vector<float> kv_a_;    // (T, kv_lora_rank + rope_dim): c_kv | k_pe before norm / RoPE
+    std::vector<float> c_kv_;    // (T, kv_lora_rank)
+    std::vector<float> k_pe_;    // (T, rope_dim)
 };
 
 }  // namespace servelab

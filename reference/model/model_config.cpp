@@ -25,15 +25,65 @@ int64_t read_positive(const GgufFile& file, const std::string& key, int64_t max_
     return int64_t(value);
 }
 
+// llama: keys and values per KV head; head_dim = dim / num_heads.
+void read_multi_head_attention(const GgufFile& file, const std::string& arch, ModelConfig& config) {
+    if (config.dim % config.num_heads != 0) {
+        throw Error(
+            fmt::format("model config: embedding_length {} is not divisible by "
+                        "head_count {}",
+                        config.dim, config.num_heads));
+    }
+    config.head_dim = config.dim / config.num_heads;
+    config.v_head_dim = config.head_dim;
+    config.rope_dim =
+        int64_t(file.get_uint(arch + "rope.dimension_count", uint64_t(config.head_dim)));
+}
+
+// deepseek2 (MLA): the per-head widths are explicit keys, and the latent
+// ranks say what is cached. Mixture-of-experts layers and YaRN RoPE scaling
+// (both used by the released DeepSeek-V2 checkpoints) are not implemented:
+// refuse them by name rather than run a different model.
+void read_latent_attention(const GgufFile& file, const std::string& arch, ModelConfig& config) {
+    config.attention = AttentionKind::kLatent;
+    config.kv_lora_rank = read_positive(file, arch + "attention.kv_lora_rank", kMaxWidth);
+    config.q_lora_rank = int64_t(file.get_uint(arch + "attention.q_lora_rank", 0));
+    if (config.q_lora_rank > kMaxWidth) {
+        throw Error(fmt::format("model config: q_lora_rank {} is out of range [0, {}]",
+                                config.q_lora_rank, kMaxWidth));
+    }
+    config.head_dim = read_positive(file, arch + "attention.key_length", kMaxWidth);
+    config.v_head_dim = read_positive(file, arch + "attention.value_length", kMaxWidth);
+    config.rope_dim = read_positive(file, arch + "rope.dimension_count", kMaxWidth);
+    config.qk_nope_dim = config.head_dim - config.rope_dim;
+    if (config.qk_nope_dim < 0) {
+        throw Error(fmt::format("model config: rope.dimension_count {} exceeds key_length {}",
+                                config.rope_dim, config.head_dim));
+    }
+    const uint64_t num_experts = file.get_uint(arch + "expert_count", 0);
+    const uint64_t dense_blocks =
+        file.get_uint(arch + "leading_dense_block_count", uint64_t(config.num_layers));
+    if (num_experts > 0 && dense_blocks < uint64_t(config.num_layers)) {
+        throw Error(
+            fmt::format("model config: {} mixture-of-experts layers ({} experts) are not "
+                        "supported; servelab runs MLA models with dense MLPs",
+                        uint64_t(config.num_layers) - dense_blocks, num_experts));
+    }
+    const std::string scaling = file.get_string(arch + "rope.scaling.type", "none");
+    if (scaling != "none") {
+        throw Error(fmt::format("model config: RoPE scaling '{}' is not supported", scaling));
+    }
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
     ModelConfig config;
     config.architecture = file.get_string("general.architecture");
-    if (config.architecture != "llama") {
-        throw Error(
-            fmt::format("model config: architecture '{}' is not supported (servelab runs 'llama')",
-                        config.architecture));
+    if (config.architecture != "llama" && config.architecture != "deepseek2") {
+        throw Error(fmt::format(
+            "model config: architecture '{}' is not supported (servelab runs 'llama' and "
+            "'deepseek2')",
+            config.architecture));
     }
     config.name = file.get_string("general.name", "");
     const std::string arch = config.architecture + ".";
@@ -48,22 +98,17 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
                               ? read_positive(file, arch + "attention.head_count_kv", kMaxHeads)
                               : config.num_heads;
     config.context_length = read_positive(file, arch + "context_length", kMaxContext);
-
-    if (config.dim % config.num_heads != 0) {
-        throw Error(
-            fmt::format("model config: embedding_length {} is not divisible by "
-                        "head_count {}",
-                        config.dim, config.num_heads));
-    }
     if (config.num_heads % config.num_kv_heads != 0) {
         throw Error(
             fmt::format("model config: head_count {} is not divisible by "
                         "head_count_kv {}",
                         config.num_heads, config.num_kv_heads));
     }
-    config.head_dim = config.dim / config.num_heads;
-    config.rope_dim =
-        int64_t(file.get_uint(arch + "rope.dimension_count", uint64_t(config.head_dim)));
+    if (config.architecture == "deepseek2") {
+        read_latent_attention(file, arch, config);
+    } else {
+        read_multi_head_attention(file, arch, config);
+    }
     if (config.rope_dim <= 0 || config.rope_dim > config.head_dim || config.rope_dim % 2 != 0) {
         throw Error(
             fmt::format("model config: rope.dimension_count {} must be even and in "

@@ -29,6 +29,33 @@ std::vector<float> load_tensor(const GgufFile& file, const std::string& name,
     return values;
 }
 
+void load_multi_head_attention(const GgufFile& file, const std::string& prefix,
+                               const ModelConfig& config, LayerWeights& w) {
+    const int64_t dim = config.dim;
+    w.wq = load_tensor(file, prefix + "attn_q.weight", {dim, config.q_dim()});
+    w.wk = load_tensor(file, prefix + "attn_k.weight", {dim, config.kv_dim()});
+    w.wv = load_tensor(file, prefix + "attn_v.weight", {dim, config.kv_dim()});
+}
+
+void load_latent_attention(const GgufFile& file, const std::string& prefix,
+                           const ModelConfig& config, LayerWeights& w) {
+    const int64_t dim = config.dim;
+    if (config.q_lora_rank > 0) {
+        w.wq_a = load_tensor(file, prefix + "attn_q_a.weight", {dim, config.q_lora_rank});
+        w.q_a_norm = load_tensor(file, prefix + "attn_q_a_norm.weight", {config.q_lora_rank});
+        w.wq_b =
+            load_tensor(file, prefix + "attn_q_b.weight", {config.q_lora_rank, config.q_dim()});
+    } else {
+        w.wq = load_tensor(file, prefix + "attn_q.weight", {dim, config.q_dim()});
+    }
+    w.wkv_a = load_tensor(file, prefix + "attn_kv_a_mqa.weight",
+                          {dim, config.kv_lora_rank + config.rope_dim});
+    w.kv_a_norm = load_tensor(file, prefix + "attn_kv_a_norm.weight", {config.kv_lora_rank});
+    w.wkv_b = load_tensor(
+        file, prefix + "attn_kv_b.weight",
+        {config.kv_lora_rank, config.num_heads * (config.qk_nope_dim + config.v_head_dim)});
+}
+
 }  // namespace
 
 ModelWeights ModelWeights::load(const GgufFile& file, const ModelConfig& config) {
@@ -40,10 +67,12 @@ ModelWeights ModelWeights::load(const GgufFile& file, const ModelConfig& config)
         const std::string prefix = fmt::format("blk.{}.", layer);
         LayerWeights& w = weights.layers[size_t(layer)];
         w.attn_norm = load_tensor(file, prefix + "attn_norm.weight", {dim});
-        w.wq = load_tensor(file, prefix + "attn_q.weight", {dim, config.q_dim()});
-        w.wk = load_tensor(file, prefix + "attn_k.weight", {dim, config.kv_dim()});
-        w.wv = load_tensor(file, prefix + "attn_v.weight", {dim, config.kv_dim()});
-        w.wo = load_tensor(file, prefix + "attn_output.weight", {config.q_dim(), dim});
+        if (config.is_mla()) {
+            load_latent_attention(file, prefix, config, w);
+        } else {
+            load_multi_head_attention(file, prefix, config, w);
+        }
+        w.wo = load_tensor(file, prefix + "attn_output.weight", {config.attn_out_dim(), dim});
         w.ffn_norm = load_tensor(file, prefix + "ffn_norm.weight", {dim});
         w.w_gate = load_tensor(file, prefix + "ffn_gate.weight", {dim, config.ffn_dim});
         w.w_up = load_tensor(file, prefix + "ffn_up.weight", {dim, config.ffn_dim});
@@ -56,12 +85,25 @@ ModelWeights ModelWeights::load(const GgufFile& file, const ModelConfig& config)
     return weights;
 }
 
+namespace {
+
+int64_t attention_parameters(const ModelConfig& c) {
+    if (!c.is_mla()) return c.q_dim() * c.dim + 2 * c.kv_dim() * c.dim;  // wq, wk, wv
+    const int64_t query = c.q_lora_rank > 0
+                              ? c.q_lora_rank * (c.dim + 1) + c.q_dim() * c.q_lora_rank
+                              : c.q_dim() * c.dim;
+    const int64_t latent = (c.kv_lora_rank + c.rope_dim) * c.dim + c.kv_lora_rank +
+                           c.num_heads * (c.qk_nope_dim + c.v_head_dim) * c.kv_lora_rank;
+    return query + latent;
+}
+
+}  // namespace
+
 int64_t count_parameters(const ModelConfig& c) {
-    const int64_t per_layer = 2 * c.dim                 // the two norms
-                              + c.q_dim() * c.dim       // wq
-                              + 2 * c.kv_dim() * c.dim  // wk, wv
-                              + c.dim * c.q_dim()       // wo
-                              + 3 * c.ffn_dim * c.dim;  // gate, up, down
+    const int64_t per_layer = 2 * c.dim                   // the two norms
+                              + attention_parameters(c)   // wq, wk, wv (or MLA's)
+                              + c.dim * c.attn_out_dim()  // wo
+                              + 3 * c.ffn_dim * c.dim;    // gate, up, down
     const int64_t head = c.tied_embeddings ? 0 : c.vocab_size * c.dim;
     return c.vocab_size * c.dim + c.num_layers * per_layer + c.dim + head;
 }

@@ -18,14 +18,25 @@ class GgufFile;
 
 struct LayerWeights {
     std::vector<float> attn_norm;  // (dim)
-    std::vector<float> wq;         // (num_heads * head_dim, dim)
-    std::vector<float> wk;         // (num_kv_heads * head_dim, dim)
-    std::vector<float> wv;         // (num_kv_heads * head_dim, dim)
-    std::vector<float> wo;         // (dim, num_heads * head_dim)
-    std::vector<float> ffn_norm;   // (dim)
-    std::vector<float> w_gate;     // (ffn_dim, dim)
-    std::vector<float> w_up;       // (ffn_dim, dim)
-    std::vector<float> w_down;     // (dim, ffn_dim)
+    std::vector<float> wq;         // (num_heads * head_dim, dim); MLA: empty when q_lora_rank > 0
+    std::vector<float> wk;         // (num_kv_heads * head_dim, dim); empty for MLA
+    std::vector<float> wv;         // (num_kv_heads * head_dim, dim); empty for MLA
+    std::vector<float> wo;         // (dim, num_heads * v_head_dim)
+
+    // MLA only (deepseek2 tensor names in brackets). Per head, queries and
+    // keys are [nope | rope]: qk_nope_dim dims without position, then rope_dim.
+    std::vector<float> wq_a;       // [attn_q_a]  (q_lora_rank, dim), when q_lora_rank > 0
+    std::vector<float> q_a_norm;   // [attn_q_a_norm]  (q_lora_rank)
+    std::vector<float> wq_b;       // [attn_q_b]  (num_heads * head_dim, q_lora_rank)
+    std::vector<float> wkv_a;      // [attn_kv_a_mqa]  (kv_lora_rank + rope_dim, dim): c_kv | k_pe
+    std::vector<float> kv_a_norm;  // [attn_kv_a_norm]  (kv_lora_rank)
+    // [attn_kv_b] (num_heads * (qk_nope_dim + v_head_dim), kv_lora_rank): per head,
+    // qk_nope_dim rows of W_UK (latent → key) then v_head_dim rows of W_UV (latent → value).
+    std::vector<float> wkv_b;
+    std::vector<float> ffn_norm;  // (dim)
+    std::vector<float> w_gate;    // (ffn_dim, dim)
+    std::vector<float> w_up;      // (ffn_dim, dim)
+    std::vector<float> w_down;    // (dim, ffn_dim)
 };
 
 struct ModelWeights {

@@ -71,28 +71,59 @@ GgmlType parse_weight_type(const std::string& name) {
 
 namespace {
 
-GgufWriter build_tiny_model(const TinyModelOptions& o) {
-    if (o.dim % o.num_heads != 0 || o.num_heads % o.num_kv_heads != 0) {
+// The hyperparameter keys. llama: head_dim = dim / num_heads. deepseek2
+// (MLA): per-head widths and latent ranks are explicit; DeepSeek-V2 stores
+// head_count_kv = head_count (after up-projection every head has its own K/V).
+void add_hyperparameters(GgufWriter& writer, const TinyModelOptions& o, int64_t vocab_size) {
+    const std::string arch = o.mla ? "deepseek2" : "llama";
+    const auto key = [&arch](const char* name) { return arch + "." + name; };
+    writer.add_string("general.architecture", arch);
+    writer.add_string("general.name", o.mla ? fmt::format("servelab-tiny-mla-seed{}", o.seed)
+                                            : fmt::format("servelab-tiny-seed{}", o.seed));
+    writer.add_uint32(key("block_count"), uint32_t(o.num_layers));
+    writer.add_uint32(key("context_length"), uint32_t(o.context_length));
+    writer.add_uint32(key("embedding_length"), uint32_t(o.dim));
+    writer.add_uint32(key("feed_forward_length"), uint32_t(o.ffn_dim));
+    writer.add_uint32(key("attention.head_count"), uint32_t(o.num_heads));
+    writer.add_uint32(key("attention.head_count_kv"),
+                      uint32_t(o.mla ? o.num_heads : o.num_kv_heads));
+    writer.add_float32(key("rope.freq_base"), o.rope_freq_base);
+    writer.add_uint32(key("rope.dimension_count"),
+                      uint32_t(o.mla ? o.qk_rope_dim : o.dim / o.num_heads));
+    writer.add_float32(key("attention.layer_norm_rms_epsilon"), 1e-5f);
+    writer.add_uint32(key("vocab_size"), uint32_t(vocab_size));
+    if (o.mla) {
+        writer.add_uint32(key("attention.kv_lora_rank"), uint32_t(o.kv_lora_rank));
+        writer.add_uint32(key("attention.q_lora_rank"), uint32_t(o.q_lora_rank));
+        writer.add_uint32(key("attention.key_length"), uint32_t(o.qk_nope_dim + o.qk_rope_dim));
+        writer.add_uint32(key("attention.value_length"), uint32_t(o.v_head_dim));
+        writer.add_uint32(key("leading_dense_block_count"), uint32_t(o.num_layers));
+    }
+}
+
+void check_options(const TinyModelOptions& o) {
+    if (o.mla) {
+        if (o.kv_lora_rank < 1 || o.q_lora_rank < 0 || o.qk_nope_dim < 1 || o.qk_rope_dim < 2 ||
+            o.qk_rope_dim % 2 != 0 || o.v_head_dim < 1) {
+            throw Error(
+                "tiny model: MLA needs kv_lora_rank, qk_nope_dim, v_head_dim >= 1, "
+                "q_lora_rank >= 0 and an even qk_rope_dim >= 2");
+        }
+    } else if (o.dim % o.num_heads != 0 || o.num_heads % o.num_kv_heads != 0) {
         throw Error("tiny model: dim must divide by num_heads, num_heads by num_kv_heads");
     }
+}
+
+GgufWriter build_tiny_model(const TinyModelOptions& o) {
+    check_options(o);
     const TinyVocab vocab = make_vocab();
     const int64_t vocab_size = int64_t(vocab.tokens.size());
-    const int64_t head_dim = o.dim / o.num_heads;
+    const int64_t head_dim = o.mla ? o.qk_nope_dim + o.qk_rope_dim : o.dim / o.num_heads;
+    const int64_t v_head_dim = o.mla ? o.v_head_dim : head_dim;
     NormalSource normal(o.seed);
 
     GgufWriter writer;
-    writer.add_string("general.architecture", "llama");
-    writer.add_string("general.name", fmt::format("servelab-tiny-seed{}", o.seed));
-    writer.add_uint32("llama.block_count", uint32_t(o.num_layers));
-    writer.add_uint32("llama.context_length", uint32_t(o.context_length));
-    writer.add_uint32("llama.embedding_length", uint32_t(o.dim));
-    writer.add_uint32("llama.feed_forward_length", uint32_t(o.ffn_dim));
-    writer.add_uint32("llama.attention.head_count", uint32_t(o.num_heads));
-    writer.add_uint32("llama.attention.head_count_kv", uint32_t(o.num_kv_heads));
-    writer.add_float32("llama.rope.freq_base", o.rope_freq_base);
-    writer.add_uint32("llama.rope.dimension_count", uint32_t(head_dim));
-    writer.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    writer.add_uint32("llama.vocab_size", uint32_t(vocab_size));
+    add_hyperparameters(writer, o, vocab_size);
     writer.add_string("tokenizer.ggml.model", "gpt2");
     writer.add_string("tokenizer.ggml.pre", "smollm");
     writer.add_string_array("tokenizer.ggml.tokens", vocab.tokens);
@@ -110,10 +141,10 @@ GgufWriter build_tiny_model(const TinyModelOptions& o) {
         for (float& v : values) v = normal.next() * scale;
         writer.add_tensor_from_floats(name, {in_features, out_features}, o.weight_type, values);
     };
-    const auto norm = [&](const std::string& name) {
-        std::vector<float> values(size_t(o.dim));
+    const auto norm = [&](const std::string& name, int64_t width) {
+        std::vector<float> values(static_cast<size_t>(width));
         for (float& v : values) v = 1.0f + 0.1f * normal.next();
-        writer.add_tensor_from_floats(name, {o.dim}, GgmlType::kF32, values);
+        writer.add_tensor_from_floats(name, {width}, GgmlType::kF32, values);
     };
 
     // Embedding rows ~ N(0, 1/dim): the first RMSNorm rescales them to unit
@@ -126,17 +157,30 @@ GgufWriter build_tiny_model(const TinyModelOptions& o) {
                                   embedding);
     for (int64_t layer = 0; layer < o.num_layers; ++layer) {
         const std::string p = fmt::format("blk.{}.", layer);
-        norm(p + "attn_norm.weight");
-        matrix(p + "attn_q.weight", o.dim, o.num_heads * head_dim);
-        matrix(p + "attn_k.weight", o.dim, o.num_kv_heads * head_dim);
-        matrix(p + "attn_v.weight", o.dim, o.num_kv_heads * head_dim);
-        matrix(p + "attn_output.weight", o.num_heads * head_dim, o.dim);
-        norm(p + "ffn_norm.weight");
+        norm(p + "attn_norm.weight", o.dim);
+        if (o.mla && o.q_lora_rank > 0) {
+            matrix(p + "attn_q_a.weight", o.dim, o.q_lora_rank);
+            norm(p + "attn_q_a_norm.weight", o.q_lora_rank);
+            matrix(p + "attn_q_b.weight", o.q_lora_rank, o.num_heads * head_dim);
+        } else {
+            matrix(p + "attn_q.weight", o.dim, o.num_heads * head_dim);
+        }
+        if (o.mla) {
+            matrix(p + "attn_kv_a_mqa.weight", o.dim, o.kv_lora_rank + o.qk_rope_dim);
+            norm(p + "attn_kv_a_norm.weight", o.kv_lora_rank);
+            matrix(p + "attn_kv_b.weight", o.kv_lora_rank,
+                   o.num_heads * (o.qk_nope_dim + o.v_head_dim));
+        } else {
+            matrix(p + "attn_k.weight", o.dim, o.num_kv_heads * head_dim);
+            matrix(p + "attn_v.weight", o.dim, o.num_kv_heads * head_dim);
+        }
+        matrix(p + "attn_output.weight", o.num_heads * v_head_dim, o.dim);
+        norm(p + "ffn_norm.weight", o.dim);
         matrix(p + "ffn_gate.weight", o.dim, o.ffn_dim);
         matrix(p + "ffn_up.weight", o.dim, o.ffn_dim);
         matrix(p + "ffn_down.weight", o.ffn_dim, o.dim);
     }
-    norm("output_norm.weight");
+    norm("output_norm.weight", o.dim);
     if (!o.tied_embeddings) matrix("output.weight", o.dim, vocab_size);
     return writer;
 }

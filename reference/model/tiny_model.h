@@ -26,6 +26,16 @@ struct TinyModelOptions {
     float rope_freq_base = 10000.0f;
     GgmlType weight_type = GgmlType::kF32;  // for the 2-D matrices; norms stay F32
     bool tied_embeddings = true;            // false writes a separate output.weight
+
+    // Multi-head latent attention (Lab 3): writes a "deepseek2" model (dense
+    // MLP in every layer) with DeepSeek-V2's metadata keys and tensor names.
+    // num_kv_heads is then ignored; head_dim is qk_nope_dim + qk_rope_dim.
+    bool mla = false;
+    int64_t kv_lora_rank = 32;  // d_c, the cached latent width
+    int64_t q_lora_rank = 0;    // 0: attn_q; > 0: attn_q_a → norm → attn_q_b
+    int64_t qk_nope_dim = 16;
+    int64_t qk_rope_dim = 8;
+    int64_t v_head_dim = 16;
 };
 
 // The GGUF image, ready for GgufFile::parse or to be written to disk.

@@ -36,7 +36,8 @@ TEST(KvCacheBytes, FollowsTheFormula) {
     EXPECT_EQ(kv_cache_bytes(c, 8192, KvDtype::kF16), 2ll * 30 * 3 * 64 * 8192 * 2);
     c.num_layers = 32, c.num_kv_heads = 32, c.head_dim = 128;         // a 7B MHA model
     EXPECT_EQ(kv_cache_bytes(c, 4096, KvDtype::kF16), 2147483648ll);  // 2 GiB
-    EXPECT_EQ(kv_cache_bytes(c, 4096, KvDtype::kInt8), 1073741824ll);
+    // int8 adds one fp32 scale per token, layer and KV head, for K and for V.
+    EXPECT_EQ(kv_cache_bytes(c, 4096, KvDtype::kInt8), 1073741824ll + 2ll * 32 * 32 * 4096 * 4);
 }
 
 TEST(KvCacheBytes, AgreesWithWhatTheCacheAllocates) {

@@ -53,7 +53,8 @@ TEST(ModelConfig, ReadsTinyModel) {
     EXPECT_EQ(c.head_dim, 16);
     EXPECT_EQ(c.heads_per_kv_head(), 3);
     EXPECT_EQ(c.ffn_dim, 80);
-    EXPECT_EQ(c.kv_bytes_per_token(), 2 * 3 * 2 * 16 * 4);
+    EXPECT_EQ(c.v_head_dim, 16);
+    EXPECT_FALSE(c.is_mla());
     EXPECT_TRUE(c.tied_embeddings);
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/head_mapping.h"
 #include "kernels/cpu/softmax.h"
 #include "reference/common/not_implemented.h"
 
@@ -13,7 +14,7 @@ namespace servelab {
 
 void attention_causal(const float* q, const float* k, const float* v, float* out,
                       const AttentionShape& s) {
-    // TODO(lab01): query head h reads KV head h / (num_heads / num_kv_heads)
+    // TODO(lab01): query head h reads KV head kv_head_for_query_head(h, ...) (head_mapping.h)
     // TODO(lab01): query t is at position num_keys - num_queries + t; it sees keys up to there
     throw NotImplemented("lab01: attention_causal");
 }
