@@ -18,6 +18,10 @@ void attention_causal(const float* q, const float* k, const float* v, float* out
     const int64_t kv_stride = s.num_kv_heads * s.head_dim;  // floats per key token
     const int64_t first_query_position = s.num_keys - s.num_queries;
     const float scale = 1.0f / std::sqrt(float(s.head_dim));
+    std::vector<int64_t> kv_head_of(size_t(s.num_heads));  // outside the parallel region: may throw
+    for (int64_t h = 0; h < s.num_heads; ++h) {
+        kv_head_of[size_t(h)] = kv_head_for_query_head(h, s.num_heads, s.num_kv_heads);
+    }
 
 #pragma omp parallel
     {
@@ -25,7 +29,7 @@ void attention_causal(const float* q, const float* k, const float* v, float* out
 #pragma omp for collapse(2) schedule(static)
         for (int64_t t = 0; t < s.num_queries; ++t) {
             for (int64_t h = 0; h < s.num_heads; ++h) {
-                const int64_t kv_head = kv_head_for_query_head(h, s.num_heads, s.num_kv_heads);
+                const int64_t kv_head = kv_head_of[size_t(h)];
                 const int64_t visible_keys = first_query_position + t + 1;  // causal mask
                 const float* q_th = q + t * q_stride + h * s.head_dim;
 

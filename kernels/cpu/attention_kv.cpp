@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/head_mapping.h"
+#include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/softmax.h"
 #include "reference/common/error.h"
 
@@ -34,48 +35,44 @@ void attention_over_kv(const float* q, const KvView& keys, const KvView& values,
         throw Error("attention: the KV views do not match the attention shape");
     }
     const auto readers = query_heads_by_kv_head(s);
-    size_t max_readers = 0;
-    for (const auto& heads : readers) max_readers = std::max(max_readers, heads.size());
 
     const int64_t q_stride = s.num_heads * s.head_dim;
     const int64_t first_query_position = s.num_keys - s.num_queries;
     const float scale = 1.0f / std::sqrt(float(s.head_dim));
 
-#pragma omp parallel
-    {
-        std::vector<float> row_buffer(size_t(s.head_dim));            // a dequantized row
-        std::vector<float> scores(max_readers * size_t(s.num_keys));  // one row per reader
-#pragma omp for collapse(2) schedule(static)
-        for (int64_t t = 0; t < s.num_queries; ++t) {
-            for (int64_t g = 0; g < s.num_kv_heads; ++g) {
-                const std::vector<int64_t>& heads = readers[size_t(g)];
-                const int64_t visible_keys = first_query_position + t + 1;  // causal mask
+    // One work item per (query token, KV head); parallel_for because kv_row
+    // may run a student's dequantization, which may throw.
+    parallel_for(s.num_queries * s.num_kv_heads, [&](int64_t item) {
+        const int64_t t = item / s.num_kv_heads;
+        const int64_t g = item % s.num_kv_heads;
+        const std::vector<int64_t>& heads = readers[size_t(g)];
+        const int64_t visible_keys = first_query_position + t + 1;       // causal mask
+        std::vector<float> row_buffer(size_t(s.head_dim));               // a dequantized row
+        std::vector<float> scores(heads.size() * size_t(visible_keys));  // one row per reader
 
-                for (int64_t j = 0; j < visible_keys; ++j) {
-                    const float* k_j = kv_row(keys, j, g, row_buffer.data());
-                    for (size_t i = 0; i < heads.size(); ++i) {
-                        const float* q_th = q + t * q_stride + heads[i] * s.head_dim;
-                        float dot = 0.0f;
-                        for (int64_t d = 0; d < s.head_dim; ++d) dot += q_th[d] * k_j[d];
-                        scores[i * size_t(s.num_keys) + size_t(j)] = dot * scale;
-                    }
-                }
-                for (size_t i = 0; i < heads.size(); ++i) {
-                    softmax(scores.data() + i * size_t(s.num_keys), visible_keys);
-                    float* out_th = out + t * q_stride + heads[i] * s.head_dim;
-                    std::fill(out_th, out_th + s.head_dim, 0.0f);
-                }
-                for (int64_t j = 0; j < visible_keys; ++j) {
-                    const float* v_j = kv_row(values, j, g, row_buffer.data());
-                    for (size_t i = 0; i < heads.size(); ++i) {
-                        const float weight = scores[i * size_t(s.num_keys) + size_t(j)];
-                        float* out_th = out + t * q_stride + heads[i] * s.head_dim;
-                        for (int64_t d = 0; d < s.head_dim; ++d) out_th[d] += weight * v_j[d];
-                    }
-                }
+        for (int64_t j = 0; j < visible_keys; ++j) {
+            const float* k_j = kv_row(keys, j, g, row_buffer.data());
+            for (size_t i = 0; i < heads.size(); ++i) {
+                const float* q_th = q + t * q_stride + heads[i] * s.head_dim;
+                float dot = 0.0f;
+                for (int64_t d = 0; d < s.head_dim; ++d) dot += q_th[d] * k_j[d];
+                scores[i * size_t(visible_keys) + size_t(j)] = dot * scale;
             }
         }
-    }
+        for (size_t i = 0; i < heads.size(); ++i) {
+            softmax(scores.data() + i * size_t(visible_keys), visible_keys);
+            float* out_th = out + t * q_stride + heads[i] * s.head_dim;
+            std::fill(out_th, out_th + s.head_dim, 0.0f);
+        }
+        for (int64_t j = 0; j < visible_keys; ++j) {
+            const float* v_j = kv_row(values, j, g, row_buffer.data());
+            for (size_t i = 0; i < heads.size(); ++i) {
+                const float weight = scores[i * size_t(visible_keys) + size_t(j)];
+                float* out_th = out + t * q_stride + heads[i] * s.head_dim;
+                for (int64_t d = 0; d < s.head_dim; ++d) out_th[d] += weight * v_j[d];
+            }
+        }
+    });
 }
 
 }  // namespace servelab

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/softmax.h"
 #include "reference/attention/mla_attention.h"
 
@@ -23,58 +24,50 @@ void mla_attention_absorbed(const float* q_nope, const float* q_pe, const KvView
     // BEGIN SOLUTION lab03
     // HINT: head h's W_UK is rows [h*(qk_nope_dim+v_head_dim), +qk_nope_dim) of wkv_b and its
     // HINT: W_UV the next v_head_dim rows (each row kv_lora_rank wide); read cached rows with
-    // HINT: kv_row(latents, j, 0, buffer) and kv_row(rope_keys, j, 0, buffer)
+    // HINT: kv_row(latents, j, 0, buffer) and kv_row(rope_keys, j, 0, buffer); to parallelize,
+    // HINT: use parallel_for (kernels/cpu/parallel_for.h), not a bare OpenMP loop
     const int64_t up_width = s.qk_nope_dim + s.v_head_dim;  // rows of wkv_b per head
     const int64_t d_c = s.kv_lora_rank;
     const int64_t first_query_position = s.num_keys - s.num_queries;
     const float scale = 1.0f / std::sqrt(float(s.qk_nope_dim + s.rope_dim));
-#pragma omp parallel
-    {
-        const auto floats = [](int64_t n) { return std::vector<float>(size_t(n)); };
-        std::vector<float> scores = floats(s.num_keys);
-        std::vector<float> q_latent = floats(d_c), o_latent = floats(d_c);
-        std::vector<float> latent_buffer = floats(d_c), rope_buffer = floats(s.rope_dim);
-#pragma omp for collapse(2) schedule(static)
-        for (int64_t t = 0; t < s.num_queries; ++t) {
-            for (int64_t h = 0; h < s.num_heads; ++h) {
-                const float* w_uk = wkv_b + h * up_width * d_c;  // (qk_nope_dim, d_c)
-                const float* w_uv = w_uk + s.qk_nope_dim * d_c;  // (v_head_dim, d_c)
-                const float* qn = q_nope + (t * s.num_heads + h) * s.qk_nope_dim;
-                const float* qr = q_pe + (t * s.num_heads + h) * s.rope_dim;
+    // One work item per (query token, head); parallel_for because kv_row may
+    // run your int8 dequantization, and an exception must not escape OpenMP.
+    parallel_for(s.num_queries * s.num_heads, [&](int64_t item) {
+        const int64_t t = item / s.num_heads;
+        const int64_t h = item % s.num_heads;
+        const float* w_uk = wkv_b + h * up_width * d_c;  // (qk_nope_dim, d_c)
+        const float* w_uv = w_uk + s.qk_nope_dim * d_c;  // (v_head_dim, d_c)
+        const float* qn = q_nope + (t * s.num_heads + h) * s.qk_nope_dim;
+        const float* qr = q_pe + (t * s.num_heads + h) * s.rope_dim;
+        const int64_t visible_keys = first_query_position + t + 1;  // causal mask
+        std::vector<float> q_latent(size_t(d_c), 0.0f), o_latent(size_t(d_c), 0.0f);
+        std::vector<float> latent_buffer(static_cast<size_t>(d_c));
+        std::vector<float> rope_buffer(static_cast<size_t>(s.rope_dim));
+        std::vector<float> scores(static_cast<size_t>(visible_keys));
 
-                std::fill(q_latent.begin(), q_latent.end(), 0.0f);
-                for (int64_t n = 0; n < s.qk_nope_dim; ++n) {
-                    for (int64_t c = 0; c < d_c; ++c)
-                        q_latent[size_t(c)] += qn[n] * w_uk[n * d_c + c];
-                }
-
-                const int64_t visible_keys = first_query_position + t + 1;
-                for (int64_t j = 0; j < visible_keys; ++j) {
-                    const float* c_kv = kv_row(latents, j, 0, latent_buffer.data());
-                    const float* k_pe = kv_row(rope_keys, j, 0, rope_buffer.data());
-                    float score = 0.0f;
-                    for (int64_t c = 0; c < d_c; ++c) score += q_latent[size_t(c)] * c_kv[c];
-                    for (int64_t r = 0; r < s.rope_dim; ++r) score += qr[r] * k_pe[r];
-                    scores[size_t(j)] = score * scale;
-                }
-                softmax(scores.data(), visible_keys);
-
-                std::fill(o_latent.begin(), o_latent.end(), 0.0f);
-                for (int64_t j = 0; j < visible_keys; ++j) {
-                    const float* c_kv = kv_row(latents, j, 0, latent_buffer.data());
-                    for (int64_t c = 0; c < d_c; ++c)
-                        o_latent[size_t(c)] += scores[size_t(j)] * c_kv[c];
-                }
-                float* out_th = out + (t * s.num_heads + h) * s.v_head_dim;
-                for (int64_t d = 0; d < s.v_head_dim; ++d) {
-                    float sum = 0.0f;
-                    for (int64_t c = 0; c < d_c; ++c)
-                        sum += w_uv[d * d_c + c] * o_latent[size_t(c)];
-                    out_th[d] = sum;
-                }
-            }
+        for (int64_t n = 0; n < s.qk_nope_dim; ++n) {
+            for (int64_t c = 0; c < d_c; ++c) q_latent[size_t(c)] += qn[n] * w_uk[n * d_c + c];
         }
-    }
+        for (int64_t j = 0; j < visible_keys; ++j) {
+            const float* c_kv = kv_row(latents, j, 0, latent_buffer.data());
+            const float* k_pe = kv_row(rope_keys, j, 0, rope_buffer.data());
+            float score = 0.0f;
+            for (int64_t c = 0; c < d_c; ++c) score += q_latent[size_t(c)] * c_kv[c];
+            for (int64_t r = 0; r < s.rope_dim; ++r) score += qr[r] * k_pe[r];
+            scores[size_t(j)] = score * scale;
+        }
+        softmax(scores.data(), visible_keys);
+        for (int64_t j = 0; j < visible_keys; ++j) {
+            const float* c_kv = kv_row(latents, j, 0, latent_buffer.data());
+            for (int64_t c = 0; c < d_c; ++c) o_latent[size_t(c)] += scores[size_t(j)] * c_kv[c];
+        }
+        float* out_th = out + (t * s.num_heads + h) * s.v_head_dim;
+        for (int64_t d = 0; d < s.v_head_dim; ++d) {
+            float sum = 0.0f;
+            for (int64_t c = 0; c < d_c; ++c) sum += w_uv[d * d_c + c] * o_latent[size_t(c)];
+            out_th[d] = sum;
+        }
+    });
     // END SOLUTION
 }
 

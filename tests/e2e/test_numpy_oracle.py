@@ -23,6 +23,8 @@ Two ways to run it
     test_numpy_oracle.py --servelab build/release/servelab --model data/models/M.gguf
     # a tiny random model made on the spot by `servelab make-tiny-model`
     test_numpy_oracle.py --servelab build/release/servelab --tiny q4_0 [--untied]
+    # the same with multi-head latent attention (a deepseek2 model, dense MLP)
+    test_numpy_oracle.py --servelab build/release/servelab --tiny f32 --mla [--q-lora-rank 16]
 
 Exit status: 0 pass, 1 fail, 77 skipped (model file missing; ctest SKIP_RETURN_CODE).
 """
@@ -76,12 +78,21 @@ def run(cmd: list[str]) -> None:
         raise RuntimeError(f"command failed (exit {result.returncode}): {' '.join(cmd)}")
 
 
+# MLA shape options passed through to `make-tiny-model --mla` when given.
+MLA_SHAPE_OPTIONS = ("q_lora_rank", "kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim")
+
+
 def make_tiny_model(servelab: str, out: pathlib.Path, seed: int, weight_type: str,
-                    untied: bool) -> None:
+                    untied: bool, mla: bool = False, mla_shape: dict | None = None) -> None:
     cmd = [servelab, "make-tiny-model", "--out", str(out), "--seed", str(seed),
            "--weight-type", weight_type]
     if untied:
         cmd.append("--untied")
+    if mla:
+        cmd.append("--mla")
+        for name, value in (mla_shape or {}).items():
+            if value is not None:
+                cmd += ["--" + name.replace("_", "-"), str(value)]
     run(cmd)
 
 
@@ -154,6 +165,11 @@ def parse_args(argv):
                      help="make a tiny random model with this weight type (f32, f16, bf16, "
                           "q8_0, q4_0, q4_1) and test it")
     p.add_argument("--untied", action="store_true", help="tiny model with its own output.weight")
+    p.add_argument("--mla", action="store_true",
+                   help="tiny model with multi-head latent attention (deepseek2, dense MLP)")
+    for name in MLA_SHAPE_OPTIONS:
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=None, metavar="N",
+                       help="with --mla: passed to make-tiny-model (default: its default)")
     p.add_argument("--tokens", action="append", default=[],
                    help="an extra prompt as comma-separated ids (repeatable)")
     p.add_argument("--seed", type=int, default=None,
@@ -163,7 +179,13 @@ def parse_args(argv):
     p.add_argument("--max-len", type=int, default=40, help="longest random prompt")
     p.add_argument("--tolerance", type=float, default=1e-4,
                    help="largest allowed max|ours-oracle|/max|oracle| per position")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    mla_shape_given = any(getattr(args, name) is not None for name in MLA_SHAPE_OPTIONS)
+    if mla_shape_given and not args.mla:
+        p.error("the MLA shape options need --mla")
+    if args.mla and not args.tiny:
+        p.error("--mla needs --tiny (a real model says its architecture itself)")
+    return args
 
 
 def run_checks(args, model_path: str, workdir: pathlib.Path, seed: int) -> tuple[int, int]:
@@ -183,10 +205,19 @@ def run_checks(args, model_path: str, workdir: pathlib.Path, seed: int) -> tuple
     return failed, len(prompts)
 
 
+def describe_tiny(args) -> str:
+    what = f"tiny {args.tiny}"
+    if args.mla:
+        shape = [f"{name}={getattr(args, name)}" for name in MLA_SHAPE_OPTIONS
+                 if getattr(args, name) is not None]
+        what += " mla" + (f" ({', '.join(shape)})" if shape else "")
+    return what + (" untied" if args.untied else "")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     seed = args.seed if args.seed is not None else int(time.time()) % (2**31)
-    what = args.model if args.model else f"tiny {args.tiny}{' untied' if args.untied else ''}"
+    what = args.model if args.model else describe_tiny(args)
     print(f"numpy oracle e2e: {what}; seed {seed} (reproduce with --seed {seed}); "
           f"tolerance {args.tolerance:g}")
     if args.model and not pathlib.Path(args.model).is_file():
@@ -200,7 +231,8 @@ def main(argv=None) -> int:
             if args.tiny:
                 model_path = str(workdir / f"tiny_{args.tiny}.gguf")
                 make_tiny_model(args.servelab, pathlib.Path(model_path), seed, args.tiny,
-                                args.untied)
+                                args.untied, args.mla,
+                                {name: getattr(args, name) for name in MLA_SHAPE_OPTIONS})
             failed, total = run_checks(args, model_path, workdir, seed)
         except RuntimeError as error:
             print(f"FAIL: {error} ({what}, seed {seed})")

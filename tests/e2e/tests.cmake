@@ -8,6 +8,9 @@
 # Tests registered (label "e2e"):
 #   oracle_tiny_<type>          tiny random model, tied output, each weight type
 #   oracle_tiny_<type>_untied   the same with a separate output.weight
+#   oracle_tiny_mla_*           tiny deepseek2 models (multi-head latent attention,
+#                               dense MLP): with/without the query bottleneck
+#                               (q lora), f32 and q8_0, and one with uneven shapes
 #   oracle_smollm2              the real SmolLM2-135M Q4_1 model (skipped, exit 77,
 #                               when data/models has no model file)
 
@@ -46,6 +49,29 @@ if(servelab_e2e_ready)
       set_tests_properties(${test_name} PROPERTIES LABELS "e2e" TIMEOUT 120
         ENVIRONMENT "OMP_NUM_THREADS=1")
     endforeach()
+  endforeach()
+
+  # Multi-head latent attention (deepseek2). q8_0 needs every row length to be
+  # a multiple of 32, so its query bottleneck is 32 wide; "shapes" makes every
+  # MLA width different (nope 12, rope 6, value 20, latent 24, q lora 8) so a
+  # mixed-up split or stride cannot hide behind equal sizes.
+  set(servelab_mla_cases
+    "mla_f32 f32"
+    "mla_q8_0 q8_0"
+    "mla_qlora_f32 f32 --q-lora-rank 16"
+    "mla_qlora_q8_0_untied q8_0 --q-lora-rank 32 --untied"
+    "mla_shapes_f32 f32 --q-lora-rank 8 --kv-lora-rank 24 --qk-nope-dim 12 \
+--qk-rope-dim 6 --v-head-dim 20")
+  foreach(mla_case IN LISTS servelab_mla_cases)
+    # "<name> <weight type> [make-tiny-model MLA options...]"
+    separate_arguments(mla_case UNIX_COMMAND "${mla_case}")
+    list(POP_FRONT mla_case mla_name mla_weight_type)
+    add_test(NAME oracle_tiny_${mla_name}
+      COMMAND ${SERVELAB_PYTHON} ${SERVELAB_E2E_SCRIPT}
+              --servelab $<TARGET_FILE:servelab> --tiny ${mla_weight_type} --mla ${mla_case}
+              --n-random 3 --max-len 48)
+    set_tests_properties(oracle_tiny_${mla_name} PROPERTIES LABELS "e2e" TIMEOUT 120
+      ENVIRONMENT "OMP_NUM_THREADS=1")
   endforeach()
 
   # Three fixed prompts (5-37 tokens) plus two random ones of 10-40 tokens.

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/softmax.h"
 #include "reference/attention/mla_attention.h"
 #include "reference/common/not_implemented.h"
@@ -25,7 +26,8 @@ void mla_attention_absorbed(const float* q_nope, const float* q_pe, const KvView
                             const MlaShape& s) {
     // TODO(lab03): head h's W_UK is rows [h*(qk_nope_dim+v_head_dim), +qk_nope_dim) of wkv_b and its
     // TODO(lab03): W_UV the next v_head_dim rows (each row kv_lora_rank wide); read cached rows with
-    // TODO(lab03): kv_row(latents, j, 0, buffer) and kv_row(rope_keys, j, 0, buffer)
+    // TODO(lab03): kv_row(latents, j, 0, buffer) and kv_row(rope_keys, j, 0, buffer); to parallelize,
+    // TODO(lab03): use parallel_for (kernels/cpu/parallel_for.h), not a bare OpenMP loop
     throw NotImplemented("lab03: mla_attention_absorbed");
 }
 
