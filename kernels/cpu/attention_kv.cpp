@@ -55,6 +55,7 @@ void attention_over_kv(const float* q, const KvView& keys, const KvView& values,
             for (size_t i = 0; i < heads.size(); ++i) {
                 const float* q_th = q + t * q_stride + heads[i] * s.head_dim;
                 float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
                 for (int64_t d = 0; d < s.head_dim; ++d) dot += q_th[d] * k_j[d];
                 scores[i * size_t(visible_keys) + size_t(j)] = dot * scale;
             }
@@ -69,6 +70,7 @@ void attention_over_kv(const float* q, const KvView& keys, const KvView& values,
             for (size_t i = 0; i < heads.size(); ++i) {
                 const float weight = scores[i * size_t(visible_keys) + size_t(j)];
                 float* out_th = out + t * q_stride + heads[i] * s.head_dim;
+#pragma omp simd
                 for (int64_t d = 0; d < s.head_dim; ++d) out_th[d] += weight * v_j[d];
             }
         }

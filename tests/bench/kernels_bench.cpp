@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_kv.h"
+#include "kernels/cpu/kv_view.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rmsnorm.h"
@@ -86,6 +88,31 @@ void BM_AttentionCausal(benchmark::State& state) {
     }
 }
 BENCHMARK(BM_AttentionCausal)->Arg(64)->Arg(256)->UseRealTime();
+
+// One decode token attending over `cached` tokens of one layer's cache,
+// stored as `Dtype` (Lab 3): what dequantizing inside attention costs.
+template <KvDtype Dtype>
+void BM_DecodeAttentionOverKv(benchmark::State& state) {
+    const int64_t cached = state.range(0), kv_heads = 3, head_dim = 64;
+    const auto q = random_values(size_t(9 * head_dim), 9);
+    const auto rows = random_values(size_t(cached * kv_heads * head_dim), 10);
+    const int64_t row_bytes = head_dim * kv_dtype_bytes(Dtype);
+    std::vector<uint8_t> data(size_t(cached * kv_heads * row_bytes));
+    std::vector<float> scales(size_t(cached * kv_heads));
+    for (int64_t r = 0; r < cached * kv_heads; ++r) {
+        scales[size_t(r)] = kv_encode_row(Dtype, rows.data() + r * head_dim, head_dim,
+                                          data.data() + r * row_bytes);
+    }
+    const KvView view{Dtype, data.data(), kv_dtype_has_scales(Dtype) ? scales.data() : nullptr,
+                      kv_heads, head_dim};
+    std::vector<float> out(q.size());
+    for (auto _ : state) {
+        attention_over_kv(q.data(), view, view, out.data(), {1, cached, 9, kv_heads, head_dim});
+        benchmark::DoNotOptimize(out.data());
+    }
+}
+BENCHMARK_TEMPLATE(BM_DecodeAttentionOverKv, KvDtype::kF32)->Arg(1024)->Arg(4096)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_DecodeAttentionOverKv, KvDtype::kInt8)->Arg(1024)->Arg(4096)->UseRealTime();
 
 // Dequantizing the rows of a (1536, 576) Q4_1 matrix, as the loader does.
 void BM_DequantizeQ4_1(benchmark::State& state) {

@@ -115,6 +115,53 @@ def test_tiny(servelab, workdir):
                  "/nonexistent/dir/t.gguf")
 
 
+def test_kv_compression(servelab, workdir, tiny):
+    """Lab 3: --kv-dtype, info --kv, kv-compare, MLA models."""
+    code, out, err = run(servelab, "generate", "-m", tiny, "-p", "hello", "--max-tokens", "6",
+                         "--ignore-eos", "--kv-dtype", "int8", "--json")
+    check("generate --kv-dtype int8", code == 0 and len(json.loads(out).get("tokens", [])) == 6, err)
+    code, out, err = run(servelab, "bench", "-m", tiny, "--prompt-tokens", "8", "--gen-tokens", "4",
+                         "--repeats", "1", "--kv-dtype", "fp8", "--json")
+    check("bench --kv-dtype fp8 reports it", code == 0 and json.loads(out).get("kv_dtype") == "fp8", err)
+
+    code, out, err = run(servelab, "info", "-m", tiny, "--kv", "--kv-budget", "1GiB", "--json")
+    report = json.loads(out) if code == 0 else {}
+    names = [c.get("name") for c in report.get("configs", [])]
+    check("info --kv --json lists the loaded model and the named configs",
+          report.get("budget_bytes") == 1 << 30 and names[:1] == ["(loaded model)"] and
+          {"SmolLM2-135M", "Llama-2-7B", "Llama-3-8B", "DeepSeek-V2"} <= set(names), out[:300])
+    llama2 = next((c for c in report.get("configs", []) if c.get("name") == "Llama-2-7B"), {})
+    fp16 = next((f for f in llama2.get("footprints", []) if f.get("dtype") == "f16"), {})
+    check("info --kv: Llama-2-7B fp16 is 512 KiB per token, 2 GiB at 4k",
+          fp16.get("bytes_per_token") == 512 * 1024 and fp16.get("bytes_at_4k") == 2 << 30, str(fp16))
+    code, out, err = run(servelab, "info", "-m", tiny, "--kv")
+    check("info --kv prints a table", code == 0 and "DeepSeek-V2" in out and "MLA d_c=512" in out, err)
+
+    code, out, err = run(servelab, "kv-compare", "-m", tiny, "--kv-dtype", "int8", "-p", "hello",
+                         "-p", "the cat", "--gen-tokens", "4", "--json")
+    total = json.loads(out).get("total", {}) if code == 0 else {}
+    check("kv-compare --json: 2 prompts x 4 steps", total.get("compared_steps") == 8, out[:300] + err)
+
+    mla = os.path.join(workdir, "mla.gguf")
+    code, _, err = run(servelab, "make-tiny-model", "--mla", "--q-lora-rank", "16", "-o", mla)
+    check("make-tiny-model --mla", code == 0, err)
+    code, out, err = run(servelab, "info", "-m", mla)
+    check("info on an MLA model", code == 0 and "deepseek2" in out and "MLA d_c=32" in out, err)
+    texts = []
+    for mode in ("absorbed", "naive"):
+        code, out, err = run(servelab, "generate", "-m", mla, "-p", "hello", "--max-tokens", "8",
+                             "--ignore-eos", "--mla-attention", mode, "--json")
+        texts.append(json.loads(out).get("tokens") if code == 0 else err)
+    check("MLA: absorbed and naive attention generate the same tokens", texts[0] == texts[1], str(texts))
+
+    expect_error(servelab, "unknown KV dtype", ["generate", "-m", tiny, "-p", "x", "--kv-dtype", "int9"],
+                 2, "--kv-dtype")
+    expect_error(servelab, "bad KV budget", ["info", "-m", tiny, "--kv", "--kv-budget", "lots"], 1,
+                 "'lots' is not a memory size")
+    expect_error(servelab, "kv-compare without prompts", ["kv-compare", "-m", tiny], 1,
+                 "give -p/--prompt or --prompts-file")
+
+
 def test_smollm2(servelab, model):
     # The question `make run` asks. Greedy, so the answer is fixed.
     code, out, err = run(servelab, "chat", "-m", model, "--message",
@@ -136,6 +183,7 @@ def main():
             test_smollm2(args.servelab, args.smollm2)
         else:
             test_tiny(args.servelab, workdir)
+            test_kv_compression(args.servelab, workdir, os.path.join(workdir, "tiny.gguf"))
     print(f"{'FAILED' if FAILURES else 'PASSED'}: {len(FAILURES)} check(s) failed")
     return 1 if FAILURES else 0
 
