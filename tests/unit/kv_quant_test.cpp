@@ -241,9 +241,9 @@ TEST(KvQuant, SmolLm2Int8CacheKeepsGreedyChoices) {
     }
     const KvQuality total = combine(results);
     EXPECT_EQ(total.compared_steps, 3 * 12);
-    EXPECT_GE(total.argmax_agreements * 10, total.compared_steps * 9);  // 98.5% on the goldens
+    EXPECT_GE(total.argmax_agreements * 10, total.compared_steps * 9);  // 98.8% on the goldens
     EXPECT_GT(total.max_abs_logit_error, 0.0f) << "int8 must not be exact: is it quantizing?";
-    EXPECT_LT(total.max_abs_logit_error, 3.0f);  // 1.05 at most over the 26 golden prompts
+    EXPECT_LT(total.max_abs_logit_error, 3.0f);  // 1.36 at most over the 26 golden prompts
 }
 
 }  // namespace
