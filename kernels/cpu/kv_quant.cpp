@@ -19,7 +19,8 @@ float max_magnitude(const float* x, int64_t n) {
 
 float quantize_int8_row(const float* x, int64_t n, int8_t* q) {
     // BEGIN SOLUTION lab03
-    // HINT: scale = max |x| / 127 (0 for an all-zero row); q = round(x / scale), clamped to ±127
+    // HINT: scale = max |x| / 127 (0 for an all-zero row);
+    // HINT: q = round(x / scale), clamped to [-127, 127]
     const float scale = max_magnitude(x, n) / 127.0f;
     if (scale == 0.0f) {
         std::fill(q, q + n, int8_t(0));

@@ -22,10 +22,10 @@ void mla_attention_absorbed(const float* q_nope, const float* q_pe, const KvView
                             const KvView& latents, const float* wkv_b, float* out,
                             const MlaShape& s) {
     // BEGIN SOLUTION lab03
-    // HINT: head h's W_UK is rows [h*(qk_nope_dim+v_head_dim), +qk_nope_dim) of wkv_b and its
-    // HINT: W_UV the next v_head_dim rows (each row kv_lora_rank wide); read cached rows with
-    // HINT: kv_row(latents, j, 0, buffer) and kv_row(rope_keys, j, 0, buffer); to parallelize,
-    // HINT: use parallel_for (kernels/cpu/parallel_for.h), not a bare OpenMP loop
+    // HINT: per head, wkv_b has qk_nope_dim rows of W_UK, then v_head_dim rows of W_UV,
+    // HINT: each kv_lora_rank wide; read cached rows with kv_row(latents, j, 0, buf)
+    // HINT: and kv_row(rope_keys, j, 0, buf); to parallelize, use parallel_for
+    // HINT: (kernels/cpu/parallel_for.h), not a bare OpenMP loop
     const int64_t up_width = s.qk_nope_dim + s.v_head_dim;  // rows of wkv_b per head
     const int64_t d_c = s.kv_lora_rank;
     const int64_t first_query_position = s.num_keys - s.num_queries;

@@ -18,8 +18,9 @@ KvLayout kv_layout(const ModelConfig& config) {
 int64_t kv_cache_bytes(const ModelConfig& config, int64_t seq_len, KvDtype dtype) {
     const KvLayout layout = kv_layout(config);
     // BEGIN SOLUTION lab02
-    // HINT: per token per layer: layout.keys and layout.values elements of kv_dtype_bytes(dtype),
-    // HINT: plus, when kv_dtype_has_scales(dtype), one 4-byte scale per head of each
+    // HINT: per token per layer: layout.keys and layout.values elements of
+    // HINT: kv_dtype_bytes(dtype), plus, when kv_dtype_has_scales(dtype), one 4-byte
+    // HINT: scale per head of each
     const int64_t elements = layout.keys.elements() + layout.values.elements();
     const int64_t scales =
         kv_dtype_has_scales(dtype) ? layout.keys.num_heads + layout.values.num_heads : 0;
@@ -66,9 +67,9 @@ void KvCache::write(int64_t layer, int64_t start_position, const float* k, const
 void KvCache::write_tensor(Tensor& tensor, int64_t start_position, const float* rows,
                            int64_t count) {
     // BEGIN SOLUTION lab02
-    // HINT: (token t, head h) is row (start_position + t) * num_heads + h of tensor.data, head_dim
-    // HINT: elements of kv_dtype_bytes(dtype_) each; kv_encode_row() encodes one row and returns
-    // HINT: its scale, which goes to the same row of tensor.scales (when there are scales)
+    // HINT: (token t, head h) is row (start_position + t) * num_heads + h of tensor.data,
+    // HINT: head_dim elements of kv_dtype_bytes(dtype_) bytes; kv_encode_row() encodes one
+    // HINT: row and returns its scale, for the same row of tensor.scales (if it has any)
     const int64_t head_dim = tensor.shape.head_dim;
     const int64_t element_bytes = kv_dtype_bytes(dtype_);
     for (int64_t t = 0; t < count; ++t) {

@@ -12,8 +12,8 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_kv.h"
-#include "kernels/cpu/kv_view.h"
 #include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/kv_view.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
@@ -100,8 +100,8 @@ void BM_DecodeAttentionOverKv(benchmark::State& state) {
     std::vector<uint8_t> data(size_t(cached * kv_heads * row_bytes));
     std::vector<float> scales(size_t(cached * kv_heads));
     for (int64_t r = 0; r < cached * kv_heads; ++r) {
-        scales[size_t(r)] = kv_encode_row(Dtype, rows.data() + r * head_dim, head_dim,
-                                          data.data() + r * row_bytes);
+        scales[size_t(r)] =
+            kv_encode_row(Dtype, rows.data() + r * head_dim, head_dim, data.data() + r * row_bytes);
     }
     const KvView view{Dtype, data.data(), kv_dtype_has_scales(Dtype) ? scales.data() : nullptr,
                       kv_heads, head_dim};

@@ -20,8 +20,9 @@ KvLayout kv_layout(const ModelConfig& config) {
 
 int64_t kv_cache_bytes(const ModelConfig& config, int64_t seq_len, KvDtype dtype) {
     const KvLayout layout = kv_layout(config);
-    // TODO(lab02): per token per layer: layout.keys and layout.values elements of kv_dtype_bytes(dtype),
-    // TODO(lab02): plus, when kv_dtype_has_scales(dtype), one 4-byte scale per head of each
+    // TODO(lab02): per token per layer: layout.keys and layout.values elements of
+    // TODO(lab02): kv_dtype_bytes(dtype), plus, when kv_dtype_has_scales(dtype), one 4-byte
+    // TODO(lab02): scale per head of each
     throw NotImplemented("lab02: kv_cache_bytes");
 }
 
@@ -61,9 +62,9 @@ void KvCache::write(int64_t layer, int64_t start_position, const float* k, const
 // (its own scale, for int8/fp8).
 void KvCache::write_tensor(Tensor& tensor, int64_t start_position, const float* rows,
                            int64_t count) {
-    // TODO(lab02): (token t, head h) is row (start_position + t) * num_heads + h of tensor.data, head_dim
-    // TODO(lab02): elements of kv_dtype_bytes(dtype_) each; kv_encode_row() encodes one row and returns
-    // TODO(lab02): its scale, which goes to the same row of tensor.scales (when there are scales)
+    // TODO(lab02): (token t, head h) is row (start_position + t) * num_heads + h of tensor.data,
+    // TODO(lab02): head_dim elements of kv_dtype_bytes(dtype_) bytes; kv_encode_row() encodes one
+    // TODO(lab02): row and returns its scale, for the same row of tensor.scales (if it has any)
     throw NotImplemented("lab02: write_tensor");
 }
 

@@ -21,7 +21,8 @@ float max_magnitude(const float* x, int64_t n) {
 }  // namespace
 
 float quantize_int8_row(const float* x, int64_t n, int8_t* q) {
-    // TODO(lab03): scale = max |x| / 127 (0 for an all-zero row); q = round(x / scale), clamped to ±127
+    // TODO(lab03): scale = max |x| / 127 (0 for an all-zero row);
+    // TODO(lab03): q = round(x / scale), clamped to [-127, 127]
     throw NotImplemented("lab03: quantize_int8_row");
 }
 

@@ -24,10 +24,10 @@ namespace servelab {
 void mla_attention_absorbed(const float* q_nope, const float* q_pe, const KvView& rope_keys,
                             const KvView& latents, const float* wkv_b, float* out,
                             const MlaShape& s) {
-    // TODO(lab03): head h's W_UK is rows [h*(qk_nope_dim+v_head_dim), +qk_nope_dim) of wkv_b and its
-    // TODO(lab03): W_UV the next v_head_dim rows (each row kv_lora_rank wide); read cached rows with
-    // TODO(lab03): kv_row(latents, j, 0, buffer) and kv_row(rope_keys, j, 0, buffer); to parallelize,
-    // TODO(lab03): use parallel_for (kernels/cpu/parallel_for.h), not a bare OpenMP loop
+    // TODO(lab03): per head, wkv_b has qk_nope_dim rows of W_UK, then v_head_dim rows of W_UV,
+    // TODO(lab03): each kv_lora_rank wide; read cached rows with kv_row(latents, j, 0, buf)
+    // TODO(lab03): and kv_row(rope_keys, j, 0, buf); to parallelize, use parallel_for
+    // TODO(lab03): (kernels/cpu/parallel_for.h), not a bare OpenMP loop
     throw NotImplemented("lab03: mla_attention_absorbed");
 }
 
