@@ -1,0 +1,24 @@
+// paged_attention.h — causal attention reading K and V through a block table.
+//
+// Lab 4 (chapter 11.4, PagedAttention). The cache is a pool of physical
+// blocks, each holding block_size tokens' rows; a sequence's token j lives
+// in row block_table[j / block_size] · block_size + j % block_size of the
+// pool. Everything else is attention_causal (attention.h): the same scores,
+// mask and softmax, so the output equals attention over a contiguous cache
+// holding the same rows — only where a row is read from changes.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/attention.h"
+
+namespace servelab {
+
+// q, out:           (num_queries, num_heads, head_dim)
+// key_pool, value_pool: (num_blocks · block_size, num_kv_heads, head_dim)
+// block_table:      ceil(num_keys / block_size) physical block ids
+void paged_attention(const float* q, const float* key_pool, const float* value_pool,
+                     const int32_t* block_table, int64_t block_size, float* out,
+                     const AttentionShape& shape);
+
+}  // namespace servelab
