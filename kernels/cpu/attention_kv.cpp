@@ -46,9 +46,11 @@ void attention_over_kv(const float* q, const KvView& keys, const KvView& values,
         const int64_t t = item / s.num_kv_heads;
         const int64_t g = item % s.num_kv_heads;
         const std::vector<int64_t>& heads = readers[size_t(g)];
-        const int64_t visible_keys = first_query_position + t + 1;       // causal mask
-        std::vector<float> row_buffer(size_t(s.head_dim));               // a dequantized row
-        std::vector<float> scores(heads.size() * size_t(visible_keys));  // one row per reader
+        const int64_t visible_keys = first_query_position + t + 1;  // causal mask
+        // Per-thread buffers, reused across calls: no allocation per decode step.
+        thread_local std::vector<float> row_buffer, scores;
+        row_buffer.resize(size_t(s.head_dim));               // a dequantized row
+        scores.resize(heads.size() * size_t(visible_keys));  // one row per reader
 
         for (int64_t j = 0; j < visible_keys; ++j) {
             const float* k_j = kv_row(keys, j, g, row_buffer.data());

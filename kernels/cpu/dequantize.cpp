@@ -169,6 +169,18 @@ float fp16_to_float(uint16_t h) {
     return bits_to_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
 
+// bf16 keeps the top 16 bits of a float32, rounded to nearest even.
+uint16_t float_to_bf16(float f) {
+    const uint32_t bits = float_to_bits(f);
+    if ((bits & 0x7FFFFFFFu) > 0x7F800000u) {
+        return static_cast<uint16_t>((bits >> 16) | 0x0040);  // NaN: keep it a quiet NaN
+    }
+    const uint32_t lsb_of_result = (bits >> 16) & 1;
+    // Adding 0x7FFF (+1 when the kept part is odd) carries into bit 16
+    // exactly when the dropped half is above halfway, or at halfway and odd.
+    return static_cast<uint16_t>((static_cast<uint64_t>(bits) + 0x7FFF + lsb_of_result) >> 16);
+}
+
 uint16_t float_to_fp16(float f) {
     const uint32_t bits = float_to_bits(f);
     const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000);

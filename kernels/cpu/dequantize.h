@@ -23,5 +23,6 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
 float fp16_to_float(uint16_t h);
 uint16_t float_to_fp16(float f);  // round to nearest even
 float bf16_to_float(uint16_t h);
+uint16_t float_to_bf16(float f);  // round to nearest even
 
 }  // namespace servelab

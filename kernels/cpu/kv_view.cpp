@@ -79,19 +79,6 @@ const float* kv_row(const KvView& view, int64_t token, int64_t head, float* scra
     return scratch;
 }
 
-namespace {
-
-// bf16 is the top half of an fp32; round to nearest even on the dropped half.
-uint16_t float_to_bf16(float value) {
-    uint32_t bits;
-    std::memcpy(&bits, &value, 4);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40);  // NaN stays NaN
-    const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-    return uint16_t((bits + rounding) >> 16);
-}
-
-}  // namespace
-
 float kv_encode_row(KvDtype dtype, const float* row, int64_t head_dim, uint8_t* dst) {
     switch (dtype) {
         case KvDtype::kF32:

@@ -135,19 +135,6 @@ void put_fp16(uint8_t* out, float value) {
     out[1] = static_cast<uint8_t>(h >> 8);
 }
 
-// bf16 keeps the top 16 bits of a float32, rounded to nearest even.
-uint16_t float_to_bf16(float f) {
-    uint32_t bits;
-    std::memcpy(&bits, &f, sizeof bits);
-    if ((bits & 0x7FFFFFFFu) > 0x7F800000u) {
-        return static_cast<uint16_t>((bits >> 16) | 0x0040);  // NaN: keep it a quiet NaN
-    }
-    const uint32_t lsb_of_result = (bits >> 16) & 1;
-    // Adding 0x7FFF (+1 when the kept part is odd) carries into bit 16
-    // exactly when the dropped half is above halfway, or at halfway and odd.
-    return static_cast<uint16_t>((static_cast<uint64_t>(bits) + 0x7FFF + lsb_of_result) >> 16);
-}
-
 // Q8_0: d = max|x| / 127, q = round(x / d) in [-127, 127].
 void quantize_block_q8_0(const float* x, uint8_t* out) {
     float amax = 0.0f;
