@@ -35,6 +35,11 @@ struct GenerationResult {
     std::string text;             // decoded output, stop strings excluded
     FinishReason finish_reason = FinishReason::kLength;
     GenerationTimings timings;
+    // Paged cache only (Lab 4): prompt tokens whose keys and values came from
+    // the prefix cache instead of being computed, and whether generation
+    // stopped early because the block pool ran out (finish_reason "length").
+    int64_t cached_prompt_tokens = 0;
+    bool out_of_kv_blocks = false;
 };
 
 // Called once per generated token with the text now safe to show (may be

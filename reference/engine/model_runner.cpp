@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/residual.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
@@ -22,8 +23,22 @@ namespace servelab {
 ModelRunner::ModelRunner(const ModelConfig& config, const ModelWeights& weights, MlaMode mla_mode)
     : config_(config), weights_(weights), mla_mode_(mla_mode) {}
 
-void ModelRunner::check_step(const StepInput& step, const KvCache* cache) const {
+void ModelRunner::check_step(const StepInput& step) const {
     if (step.tokens.empty()) throw Error("forward: a step needs at least one token");
+    const int64_t end_position = step.start_position + int64_t(step.tokens.size());
+    if (step.start_position < 0 || end_position > config_.context_length) {
+        throw Error(fmt::format("forward: positions [{}, {}) exceed the context length {}",
+                                step.start_position, end_position, config_.context_length));
+    }
+    for (TokenId id : step.tokens) {
+        if (id < 0 || id >= config_.vocab_size) {
+            throw Error(fmt::format("forward: token id {} is outside the vocabulary [0, {})", id,
+                                    config_.vocab_size));
+        }
+    }
+}
+
+void ModelRunner::check_cache(const StepInput& step, const KvCache* cache) const {
     // Without a KV cache there are no earlier keys to attend to, so a step
     // must hold the whole sequence from position 0; with one, it continues
     // exactly where the cache ends.
@@ -40,17 +55,6 @@ void ModelRunner::check_step(const StepInput& step, const KvCache* cache) const 
     if (cache != nullptr && step_end > cache->max_tokens()) {
         throw Error(fmt::format("forward: step ends at position {}, past the KV cache's {} tokens",
                                 step_end, cache->max_tokens()));
-    }
-    const int64_t end_position = step.start_position + int64_t(step.tokens.size());
-    if (step.start_position < 0 || end_position > config_.context_length) {
-        throw Error(fmt::format("forward: positions [{}, {}) exceed the context length {}",
-                                step.start_position, end_position, config_.context_length));
-    }
-    for (TokenId id : step.tokens) {
-        if (id < 0 || id >= config_.vocab_size) {
-            throw Error(fmt::format("forward: token id {} is outside the vocabulary [0, {})", id,
-                                    config_.vocab_size));
-        }
     }
 }
 
@@ -77,10 +81,29 @@ void ModelRunner::resize_buffers(int64_t num_tokens) {
 }
 
 std::vector<float> ModelRunner::forward(const StepInput& step, KvCache* cache) {
-    check_step(step, cache);
+    check_step(step);
+    check_cache(step, cache);
+    return run_layers(step, KvTarget{.contiguous = cache});
+}
+
+std::vector<float> ModelRunner::forward(const StepInput& step, PagedKvCache& cache,
+                                        const BlockTable& table) {
+    check_step(step);
+    if (config_.is_mla()) throw Error("forward: MLA models do not run on a paged cache yet");
+    const int64_t step_end = step.start_position + int64_t(step.tokens.size());
+    if (step_end != table.num_tokens()) {
+        throw Error(fmt::format("forward: step ends at position {} but the block table has {} "
+                                "slots reserved",
+                                step_end, table.num_tokens()));
+    }
+    return run_layers(step, KvTarget{.paged = &cache, .table = &table});
+}
+
+std::vector<float> ModelRunner::run_layers(const StepInput& step, KvTarget kv) {
     const int64_t num_tokens = int64_t(step.tokens.size());
     const int64_t dim = config_.dim;
     resize_buffers(num_tokens);
+    num_tokens_computed_ += num_tokens;
 
     for (int64_t t = 0; t < num_tokens; ++t) {
         positions_[size_t(t)] = step.start_position + t;
@@ -91,20 +114,21 @@ std::vector<float> ModelRunner::forward(const StepInput& step, KvCache* cache) {
     // MLA attends through its latent cache even in naive decoding: without a
     // cache the step gets a scratch one holding just this step's tokens,
     // which is what attention without a cache sees anyway.
+    KvCache* mla_cache = kv.contiguous;
     std::unique_ptr<KvCache> step_cache;
-    if (cache == nullptr && config_.is_mla()) {
+    if (mla_cache == nullptr && config_.is_mla()) {
         step_cache = std::make_unique<KvCache>(config_, num_tokens);
-        cache = step_cache.get();
+        mla_cache = step_cache.get();
     }
     for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
         if (config_.is_mla()) {
-            mla_attention_block(layer, step, *cache);
+            mla_attention_block(layer, step, *mla_cache);
         } else {
-            attention_block(layer, step, cache);
+            attention_block(layer, step, kv);
         }
         mlp_block(weights_.layers[size_t(layer)], num_tokens);
     }
-    if (cache != nullptr) cache->commit(num_tokens);
+    if (kv.contiguous != nullptr) kv.contiguous->commit(num_tokens);
 
     // Only the rows that need logits go through the final norm and the head.
     const int64_t first_row = step.logits_for == LogitsFor::kLastToken ? num_tokens - 1 : 0;
@@ -117,7 +141,7 @@ std::vector<float> ModelRunner::forward(const StepInput& step, KvCache* cache) {
     return logits;
 }
 
-void ModelRunner::attention_block(int64_t layer_index, const StepInput& step, KvCache* cache) {
+void ModelRunner::attention_block(int64_t layer_index, const StepInput& step, KvTarget kv) {
     const LayerWeights& layer = weights_.layers[size_t(layer_index)];
     const int64_t num_tokens = int64_t(step.tokens.size());
     const int64_t dim = config_.dim;
@@ -131,9 +155,19 @@ void ModelRunner::attention_block(int64_t layer_index, const StepInput& step, Kv
     rope_apply_rows(q_.data(), positions_.data(), num_tokens, config_.num_heads, rope);
     rope_apply_rows(k_.data(), positions_.data(), num_tokens, config_.num_kv_heads, rope);
 
-    if (cache != nullptr) {
-        attend_with_cache(*cache, layer_index, step.start_position, num_tokens, q_.data(),
+    if (kv.contiguous != nullptr) {
+        attend_with_cache(*kv.contiguous, layer_index, step.start_position, num_tokens, q_.data(),
                           k_.data(), v_.data(), attn_out_.data(), config_);
+    } else if (kv.paged != nullptr) {
+        // Lab 4: store this step's keys and values in the table's blocks,
+        // then attend over every token the table maps.
+        kv.paged->write(layer_index, *kv.table, step.start_position, k_.data(), v_.data(),
+                        num_tokens);
+        const AttentionShape shape{num_tokens, step.start_position + num_tokens,
+                                   config_.num_heads, config_.num_kv_heads, config_.head_dim};
+        paged_attention(q_.data(), kv.paged->keys(layer_index), kv.paged->values(layer_index),
+                        kv.table->blocks().data(), kv.paged->block_size(), attn_out_.data(),
+                        shape);
     } else {
         // Without a cache the keys and values are exactly this step's: the
         // whole sequence, recomputed every step (Lab 1).

@@ -17,6 +17,10 @@
 // attends over everything cached (reference/attention/cached_attention.h).
 // The walk through the layers is the same either way.
 //
+// With a paged cache (Lab 4) the same, except that the keys and values live
+// in the blocks of a pool that the sequence's block table names, and
+// attention gathers them through the table (kernels/cpu/paged_attention.h).
+//
 // MLA models (deepseek2, Lab 3) replace the q/k/v projections with
 // mla_attention_block: queries as before, but the layer caches only the
 // latent c_kv and the shared RoPE key k_pe (reference/attention/mla_attention.h).
@@ -26,7 +30,9 @@
 #include <span>
 #include <vector>
 
+#include "reference/kv/block_table.h"
 #include "reference/kv/kv_cache.h"
+#include "reference/kv/paged_kv_cache.h"
 #include "reference/model/model_config.h"
 #include "reference/model/model_weights.h"
 #include "reference/model/tokenizer.h"
@@ -59,17 +65,36 @@ class ModelRunner {
     // Throws servelab::Error on an empty step, an out-of-range token id, a
     // position past the context or a start position the cache does not match.
     std::vector<float> forward(const StepInput& step, KvCache* cache = nullptr);
+    // The same over a paged cache (Lab 4). The step's slots must already be
+    // reserved in `table` (the step ends at table.num_tokens()); its keys and
+    // values are written to the blocks the table names.
+    std::vector<float> forward(const StepInput& step, PagedKvCache& cache,
+                               const BlockTable& table);
+
+    // Tokens pushed through the layers so far, over all steps: the prefill
+    // work a prefix-cache hit saves shows up here (Lab 4).
+    int64_t num_tokens_computed() const { return num_tokens_computed_; }
 
   private:
-    void check_step(const StepInput& step, const KvCache* cache) const;
+    // Where a step's keys and values go: nowhere (Lab 1), a contiguous cache
+    // (Lab 2) or a paged one (Lab 4). At most one is set.
+    struct KvTarget {
+        KvCache* contiguous = nullptr;
+        PagedKvCache* paged = nullptr;
+        const BlockTable* table = nullptr;
+    };
+    std::vector<float> run_layers(const StepInput& step, KvTarget kv);
+    void check_step(const StepInput& step) const;
+    void check_cache(const StepInput& step, const KvCache* cache) const;
     void resize_buffers(int64_t num_tokens);
-    void attention_block(int64_t layer_index, const StepInput& step, KvCache* cache);
+    void attention_block(int64_t layer_index, const StepInput& step, KvTarget kv);
     void mla_attention_block(int64_t layer_index, const StepInput& step, KvCache& cache);
     void mlp_block(const LayerWeights& layer, int64_t num_tokens);
 
     const ModelConfig& config_;
     const ModelWeights& weights_;
     MlaMode mla_mode_;
+    int64_t num_tokens_computed_ = 0;
 
     // Activations of the current step, sized for num_tokens (T) on demand
     // (llama2.c's RunState, one step at a time).

@@ -37,6 +37,16 @@ AppendResult BlockTable::append_slot(BlockAllocator& allocator) {
     return result;
 }
 
+void BlockTable::append_full_block(BlockId block, BlockAllocator& allocator) {
+    if (num_tokens_ % block_size_ != 0) {
+        throw Error(fmt::format("block table: a full block cannot follow a partial one ({} tokens)",
+                                num_tokens_));
+    }
+    allocator.retain(block);
+    blocks_.push_back(block);
+    num_tokens_ += block_size_;
+}
+
 BlockTable BlockTable::fork(BlockAllocator& allocator) const {
     for (BlockId block : blocks_) allocator.retain(block);
     return *this;

@@ -51,6 +51,9 @@ class BlockTable {
     // Reserves the next token's slot. Throws servelab::Error when a block is
     // needed and the pool has none (the table is then unchanged).
     AppendResult append_slot(BlockAllocator& allocator);
+    // Appends an already computed full block (a prefix-cache hit) and
+    // retains it. The table must end on a block boundary.
+    void append_full_block(BlockId block, BlockAllocator& allocator);
     // A table sharing every block of this one (each block's count + 1).
     BlockTable fork(BlockAllocator& allocator) const;
     // Releases every block and empties the table.

@@ -1,4 +1,4 @@
-// paged_kv_cache.cpp — see paged_kv_cache.h.
+// paged_kv_cache.cpp — see paged_kv_cache.h. Lab 4's exercise: copy_block (copy-on-write).
 #include "reference/kv/paged_kv_cache.h"
 
 #include <fmt/format.h>
@@ -14,9 +14,11 @@ PagedKvCache::PagedKvCache(const ModelConfig& config, int64_t num_blocks, int64_
     : block_size_(block_size), kv_dim_(config.kv_dim()), allocator_(num_blocks) {
     if (config.is_mla()) throw Error("paged KV cache: MLA models are not paged yet");
     if (block_size < 1) throw Error(fmt::format("KV block size {} must be >= 1", block_size));
-    const size_t floats = size_t(num_blocks * block_size * kv_dim_);
-    keys_.assign(size_t(config.num_layers), std::vector<float>(floats));
-    values_.assign(size_t(config.num_layers), std::vector<float>(floats));
+    floats_per_layer_ = num_blocks * block_size * kv_dim_;
+    for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+        keys_.push_back(std::unique_ptr<float[]>(new float[size_t(floats_per_layer_)]));
+        values_.push_back(std::unique_ptr<float[]>(new float[size_t(floats_per_layer_)]));
+    }
 }
 
 int64_t PagedKvCache::block_bytes(const ModelConfig& config, int64_t block_size) {
@@ -34,27 +36,26 @@ void PagedKvCache::write(int64_t layer, const BlockTable& table, int64_t start_p
     for (int64_t t = 0; t < count; ++t) {
         const KvSlot slot = table.slot(start_position + t);
         const int64_t row = int64_t(slot.block) * block_size_ + slot.offset;
-        std::memcpy(keys_[size_t(layer)].data() + row * kv_dim_, k + t * kv_dim_, row_bytes);
-        std::memcpy(values_[size_t(layer)].data() + row * kv_dim_, v + t * kv_dim_, row_bytes);
+        std::memcpy(keys_[size_t(layer)].get() + row * kv_dim_, k + t * kv_dim_, row_bytes);
+        std::memcpy(values_[size_t(layer)].get() + row * kv_dim_, v + t * kv_dim_, row_bytes);
     }
 }
 
 void PagedKvCache::copy_block(const BlockCopy& copy) {
+    // BEGIN SOLUTION lab04
+    // HINT: a block is block_size rows of kv_dim_ floats, in every layer's keys AND values
     const int64_t block_floats = block_size_ * kv_dim_;
     for (auto* pools : {&keys_, &values_}) {
-        for (std::vector<float>& pool : *pools) {
-            std::copy_n(pool.begin() + copy.from * block_floats, block_floats,
-                        pool.begin() + copy.to * block_floats);
+        for (const std::unique_ptr<float[]>& pool : *pools) {
+            std::copy_n(pool.get() + copy.from * block_floats, block_floats,
+                        pool.get() + copy.to * block_floats);
         }
     }
+    // END SOLUTION
 }
 
 int64_t PagedKvCache::allocated_bytes() const {
-    int64_t bytes = 0;
-    for (const auto* pools : {&keys_, &values_}) {
-        for (const auto& pool : *pools) bytes += int64_t(pool.size() * sizeof(float));
-    }
-    return bytes;
+    return 2 * int64_t(keys_.size()) * floats_per_layer_ * int64_t(sizeof(float));
 }
 
 }  // namespace servelab

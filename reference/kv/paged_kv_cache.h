@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "reference/kv/block_allocator.h"
@@ -44,16 +45,19 @@ class PagedKvCache {
     // Copy-on-write: block `copy.from`'s rows to block `copy.to`, in every layer.
     void copy_block(const BlockCopy& copy);
 
-    const float* keys(int64_t layer) const { return keys_[size_t(layer)].data(); }
-    const float* values(int64_t layer) const { return values_[size_t(layer)].data(); }
+    const float* keys(int64_t layer) const { return keys_[size_t(layer)].get(); }
+    const float* values(int64_t layer) const { return values_[size_t(layer)].get(); }
     int64_t allocated_bytes() const;
 
   private:
     int64_t block_size_;
     int64_t kv_dim_;  // floats per token row
     BlockAllocator allocator_;
-    std::vector<std::vector<float>> keys_;    // (num_layers)
-    std::vector<std::vector<float>> values_;  // (num_layers)
+    int64_t floats_per_layer_;
+    // Left uninitialized: the operating system maps a page only when a block
+    // on it is first written, so a large budget costs memory only as it fills.
+    std::vector<std::unique_ptr<float[]>> keys_;    // (num_layers)
+    std::vector<std::unique_ptr<float[]>> values_;  // (num_layers)
 };
 
 }  // namespace servelab

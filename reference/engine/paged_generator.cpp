@@ -1,0 +1,156 @@
+// paged_generator.cpp — see paged_generator.h.
+#include "reference/engine/paged_generator.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <optional>
+
+#include "reference/common/error.h"
+#include "reference/sampling/sampler.h"
+
+namespace servelab {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double elapsed_ms(Clock::time_point since) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+}
+
+// One of the n completions while it is being decoded.
+struct Completion {
+    PagedSequence kv;
+    std::vector<TokenId> sequence;  // prompt + generated
+    Sampler sampler;
+    StopChecker stop;
+    GenerationResult result;
+    bool finished = false;
+};
+
+void check_request(const ModelConfig& config, std::span<const TokenId> prompt_tokens,
+                   const SamplingParams& params, int num_completions) {
+    params.validate();
+    if (prompt_tokens.empty()) throw Error("generate: the prompt is empty");
+    if (num_completions < 1) {
+        throw Error(fmt::format("generate: n = {} completions, need at least 1", num_completions));
+    }
+    if (int64_t(prompt_tokens.size()) >= config.context_length) {
+        throw Error(fmt::format("generate: prompt of {} tokens does not fit the context length {}",
+                                prompt_tokens.size(), config.context_length));
+    }
+}
+
+void finish(Completion& c, FinishReason reason, Clock::time_point start) {
+    c.result.finish_reason = reason;
+    c.result.timings.total_ms = elapsed_ms(start);
+    c.finished = true;
+}
+
+// Accounts for a sampled token; returns the text now safe to stream.
+std::string accept_token(Completion& c, TokenId token, int64_t context_length,
+                         Clock::time_point start) {
+    c.sequence.push_back(token);
+    c.result.tokens.push_back(token);
+    std::string text_piece;
+    std::optional<FinishReason> finished = c.stop.push(token, text_piece);
+    // The sequence is full: no position is left for another token.
+    if (!finished && int64_t(c.sequence.size()) >= context_length) {
+        text_piece += c.stop.finish();
+        finished = FinishReason::kLength;
+    }
+    if (finished) finish(c, *finished, start);
+    return text_piece;
+}
+
+}  // namespace
+
+std::vector<GenerationResult> generate_paged(ModelRunner& runner, const ModelConfig& config,
+                                             const Tokenizer& tokenizer,
+                                             std::span<const TokenId> prompt_tokens,
+                                             const SamplingParams& params, int num_completions,
+                                             KvBlockManager& kv, const TokenCallback& on_token) {
+    check_request(config, prompt_tokens, params, num_completions);
+    const auto start = Clock::now();
+
+    // Prefill once: only the prompt tokens the prefix cache did not have.
+    PagedSequence prompt_kv = kv.start(prompt_tokens);
+    const int64_t num_cached = prompt_kv.num_computed_tokens;
+    const int64_t num_to_compute = int64_t(prompt_tokens.size()) - num_cached;
+    if (!kv.reserve(prompt_kv, num_to_compute)) {
+        const int64_t blocks = (int64_t(prompt_tokens.size()) + kv.cache().block_size() - 1) /
+                               kv.cache().block_size();
+        kv.finish(prompt_kv);
+        throw Error(fmt::format("generate: the prompt needs {} KV blocks but the pool has {} "
+                                "(raise --kv-memory)",
+                                blocks, kv.cache().num_blocks()));
+    }
+    const StepInput prefill{prompt_tokens.subspan(size_t(num_cached)), num_cached};
+    const std::vector<float> prompt_logits = runner.forward(prefill, kv.cache(), prompt_kv.table);
+    kv.commit(prompt_kv, prompt_tokens);
+    const double prefill_ms = elapsed_ms(start);
+
+    // n completions sharing the prompt's blocks; each samples its first
+    // token from the same logits with its own seed.
+    // (StopChecker keeps a reference to its parameters: they live here.)
+    std::vector<SamplingParams> own_params(size_t(num_completions), params);
+    std::vector<Completion> completions;
+    completions.reserve(size_t(num_completions));
+    for (int i = 0; i < num_completions; ++i) {
+        SamplingParams& own = own_params[size_t(i)];
+        own.seed = params.seed + uint64_t(i);
+        PagedSequence table = i + 1 < num_completions ? kv.fork(prompt_kv) : std::move(prompt_kv);
+        completions.push_back(Completion{std::move(table),
+                                         {prompt_tokens.begin(), prompt_tokens.end()},
+                                         Sampler(own),
+                                         StopChecker(tokenizer, own),
+                                         {},
+                                         false});
+        Completion& c = completions.back();
+        c.result.prompt_tokens.assign(prompt_tokens.begin(), prompt_tokens.end());
+        c.result.cached_prompt_tokens = num_cached;
+        c.result.timings.first_step_ms = prefill_ms;
+        std::vector<float> logits = prompt_logits;  // the sampler edits its logits
+        const TokenId token = c.sampler.sample(logits, c.sequence);
+        c.result.timings.step_latency_ms.push_back(prefill_ms);
+        const std::string piece = accept_token(c, token, config.context_length, start);
+        if (i == 0 && on_token) on_token(token, piece);
+    }
+
+    // Decode: one token per unfinished completion per round.
+    bool any_running = true;
+    while (any_running) {
+        any_running = false;
+        for (size_t i = 0; i < completions.size(); ++i) {
+            Completion& c = completions[i];
+            if (c.finished) continue;
+            const auto step_start = Clock::now();
+            if (!kv.reserve(c.kv, 1)) {
+                c.result.out_of_kv_blocks = true;
+                const std::string held_back = c.stop.finish();
+                finish(c, FinishReason::kLength, start);
+                if (i == 0 && on_token) on_token(c.result.tokens.back(), held_back);
+                continue;
+            }
+            const int64_t position = int64_t(c.sequence.size()) - 1;
+            const StepInput step{std::span(c.sequence).subspan(size_t(position)), position};
+            std::vector<float> logits = runner.forward(step, kv.cache(), c.kv.table);
+            kv.commit(c.kv, c.sequence);
+            const TokenId token = c.sampler.sample(logits, c.sequence);
+            c.result.timings.step_latency_ms.push_back(elapsed_ms(step_start));
+            const std::string piece = accept_token(c, token, config.context_length, start);
+            if (i == 0 && on_token) on_token(token, piece);
+            any_running = any_running || !c.finished;
+        }
+    }
+
+    std::vector<GenerationResult> results;
+    for (Completion& c : completions) {
+        c.result.text = c.stop.text();
+        kv.finish(c.kv);
+        results.push_back(std::move(c.result));
+    }
+    return results;
+}
+
+}  // namespace servelab

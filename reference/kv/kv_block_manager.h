@@ -1,0 +1,77 @@
+// kv_block_manager.h — sequences' KV blocks: reserve, commit, fork, finish, prefix reuse.
+//
+// Lab 4 (chapter 11.4, PagedAttention; vLLM's block manager). The one place
+// where a sequence's life meets the block pool:
+//   start   — a new sequence; with prefix caching, its prompt's leading full
+//             blocks are taken from the cache (those tokens are not computed);
+//   reserve — slots for the tokens the next forward pass computes, allocating
+//             blocks as the table fills and copying a shared last block
+//             first (copy-on-write); cached blocks no one uses are evicted
+//             when the pool runs out;
+//   commit  — after the forward pass: the tokens are computed, and blocks
+//             that just became full are named in the prefix cache;
+//   fork    — n > 1 completions of one prompt share its blocks;
+//   finish  — releases the blocks (cached ones stay cached).
+// The model runner only reads and writes the blocks a table names
+// (ModelRunner::forward with a PagedKvCache).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "reference/kv/block_table.h"
+#include "reference/kv/paged_kv_cache.h"
+#include "reference/kv/prefix_cache.h"
+
+namespace servelab {
+
+// One sequence's share of the paged cache.
+struct PagedSequence {
+    BlockTable table;
+    // Tokens whose keys and values are in the cache (positions 0..n-1); the
+    // next forward pass starts here.
+    int64_t num_computed_tokens = 0;
+    // Of the prompt, how many tokens came from the prefix cache.
+    int64_t num_cached_prompt_tokens = 0;
+    // The hash chain of this sequence's full blocks, as far as it is known.
+    std::vector<BlockHash> block_hashes;
+
+    explicit PagedSequence(int64_t block_size) : table(block_size) {}
+};
+
+class KvBlockManager {
+  public:
+    // `cache` must outlive the manager.
+    KvBlockManager(PagedKvCache& cache, bool enable_prefix_caching);
+
+    PagedKvCache& cache() { return cache_; }
+    bool prefix_caching() const { return prefix_cache_.has_value(); }
+    const PrefixCache* prefix_cache() const { return prefix_cache_ ? &*prefix_cache_ : nullptr; }
+
+    // A sequence for `prompt`, holding the prompt's cached full blocks, if
+    // any. At least the prompt's last token is always left to compute: its
+    // logits are what the first step is for.
+    PagedSequence start(std::span<const TokenId> prompt);
+    // Slots for `count` more tokens (evicting unused cached blocks if the
+    // pool is short). Returns false, changing nothing, when even then the
+    // pool cannot hold them.
+    bool reserve(PagedSequence& sequence, int64_t count);
+    // A forward pass has written every reserved slot. `tokens` is the
+    // sequence's token ids so far (at least table.num_tokens() of them).
+    void commit(PagedSequence& sequence, std::span<const TokenId> tokens);
+    PagedSequence fork(const PagedSequence& sequence);
+    void finish(PagedSequence& sequence);
+
+    // Blocks a sequence could get now: free ones plus evictable cached ones.
+    int64_t num_available_blocks() const;
+
+  private:
+    int64_t blocks_needed(const BlockTable& table, int64_t count) const;
+
+    PagedKvCache& cache_;
+    std::optional<PrefixCache> prefix_cache_;
+};
+
+}  // namespace servelab
