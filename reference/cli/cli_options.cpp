@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <unistd.h>
 
 #include "reference/common/error.h"
+#include "reference/kv/kv_budget.h"
 
 namespace servelab::cli {
 
@@ -73,6 +75,50 @@ void CacheOptions::add_to(CLI::App& command) {
                     "them first); both give the same result (Lab 3)")
         ->check(CLI::IsMember({"absorbed", "naive"}))
         ->capture_default_str();
+    command
+        .add_option("--kv-layout", layout,
+                    "'paged' (blocks from a pool, Lab 4), 'contiguous' (one buffer per "
+                    "sequence, Labs 2-3) or 'auto' (paged where the model and --kv-dtype allow)")
+        ->check(CLI::IsMember({"auto", "paged", "contiguous"}))
+        ->capture_default_str();
+    command
+        .add_option("--kv-memory", memory,
+                    "paged KV pool size: bytes (512MiB, 2GB) or a fraction of physical memory "
+                    "(0.1); pages are touched only as blocks fill")
+        ->capture_default_str();
+    command.add_option("--block-size", block_size, "tokens per KV block (paged)")
+        ->check(CLI::Range(1, 4096))
+        ->capture_default_str();
+    command.add_flag("--no-prefix-caching", no_prefix_caching,
+                     "paged: do not keep finished prompts' blocks for reuse");
+}
+
+bool CacheOptions::paged(const ModelConfig& config) const {
+    if (disabled || layout == "contiguous") return false;
+    const bool supported = !config.is_mla() && kv_dtype == "f32";
+    if (layout == "paged" && !supported) {
+        throw Error(fmt::format("--kv-layout paged: the paged cache holds f32 keys and values of "
+                                "non-MLA models ({} with --kv-dtype {}: use --kv-layout "
+                                "contiguous)",
+                                config.is_mla() ? "an MLA model" : "this model", kv_dtype));
+    }
+    return supported;
+}
+
+int64_t CacheOptions::memory_budget_bytes() const {
+    double fraction = 0;
+    const auto [end, ec] = std::from_chars(memory.data(), memory.data() + memory.size(), fraction);
+    const bool is_fraction =
+        ec == std::errc() && end == memory.data() + memory.size() && memory.find('.') != std::string::npos;
+    if (!is_fraction) return parse_byte_size(memory);
+    if (!(fraction > 0.0 && fraction <= 1.0)) {
+        throw Error(fmt::format("--kv-memory {}: a fraction must be in (0, 1]", memory));
+    }
+    return int64_t(fraction * double(physical_memory_bytes()));
+}
+
+int64_t physical_memory_bytes() {
+    return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
 }
 
 MlaMode CacheOptions::mla_mode() const {

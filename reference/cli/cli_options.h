@@ -37,19 +37,35 @@ struct SamplingOptions {
     SamplingParams resolve() const;  // validated; throws servelab::Error
 };
 
-// --no-kv-cache, --kv-dtype and --mla-attention, shared by generate, chat and bench.
+// The KV cache flags, shared by generate, chat and bench: --no-kv-cache,
+// --kv-dtype, --mla-attention (Labs 1-3) and the paged cache's --kv-layout,
+// --kv-memory, --block-size, --no-prefix-caching (Lab 4).
 struct CacheOptions {
     bool disabled = false;
     std::string kv_dtype = "f32";
     std::string mla_attention = "absorbed";
+    std::string layout = "auto";
+    std::string memory = "0.1";
+    int64_t block_size = 16;
+    bool no_prefix_caching = false;
 
     void add_to(CLI::App& command);
+    // Whether to decode with the paged cache: --kv-layout paged, or auto where
+    // the paged cache supports the model (not MLA) and dtype (f32). Throws
+    // servelab::Error for --kv-layout paged where it does not.
+    bool paged(const ModelConfig& config) const;
+    // The paged pool's budget: --kv-memory as a size (512MiB, 2GB) or as a
+    // fraction in (0, 1] of this machine's physical memory.
+    int64_t memory_budget_bytes() const;
     // A cache for prompt + max_tokens tokens (capped at the context length),
     // or nullptr with --no-kv-cache (naive decoding, Lab 1).
     std::unique_ptr<KvCache> make(const ModelConfig& config, int64_t prompt_tokens,
                                   int64_t max_tokens) const;
     MlaMode mla_mode() const;
 };
+
+// Physical memory of this machine (sysconf), for --kv-memory fractions.
+int64_t physical_memory_bytes();
 
 // "1,2,3" → {1, 2, 3}; throws servelab::Error naming the bad item.
 std::vector<int32_t> parse_token_list(const std::string& text);

@@ -5,7 +5,8 @@
 // With --message, that message is the first turn; further turns are read
 // from stdin, one line each (so `make run` answers its fixed question and
 // then, in a terminal, keeps chatting). An empty line, "exit" or end of
-// input ends the chat.
+// input ends the chat. On the paged cache (Lab 4) the conversation so far is
+// found in the prefix cache at each turn, so only the new turn is computed.
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <iostream>
 #include <memory>
 
+#include "reference/cli/cli_generator.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
 #include "reference/engine/generator.h"
@@ -29,24 +31,25 @@ struct ChatOptions {
     std::string message;
 };
 
-std::string reply(const Model& model, ModelRunner& runner, const SamplingParams& params,
-                  const CacheOptions& cache_options, const std::vector<ChatMessage>& conversation) {
+std::string reply(const Model& model, CliGenerator& generator, const SamplingParams& params,
+                  const std::vector<ChatMessage>& conversation) {
     const std::string prompt = format_chatml(conversation, /*add_generation_prompt=*/true);
     const std::vector<TokenId> prompt_ids = model.tokenizer.encode(prompt, true);
-    // A fresh cache per turn: reusing the conversation's prefix across turns
-    // is prefix caching (Lab 4).
-    const std::unique_ptr<KvCache> cache =
-        cache_options.make(model.config, int64_t(prompt_ids.size()), params.max_tokens);
-    const GenerationResult result = generate(
-        runner, model.config, model.tokenizer, prompt_ids, params,
-        [](TokenId, const std::string& piece) {
-            std::fwrite(piece.data(), 1, piece.size(), stdout);
-            std::fflush(stdout);
-        },
-        cache.get());
+    const GenerationResult result =
+        generator
+            .generate(prompt_ids, params, 1,
+                      [](TokenId, const std::string& piece) {
+                          std::fwrite(piece.data(), 1, piece.size(), stdout);
+                          std::fflush(stdout);
+                      })
+            .at(0);
     std::printf("\n");
-    spdlog::debug("{} prompt tokens, {} generated, {:.2f} tok/s, finish: {}", prompt_ids.size(),
-                  result.tokens.size(),
+    if (result.out_of_kv_blocks) {
+        spdlog::warn("the KV block pool ran out mid-reply; raise --kv-memory");
+    }
+    spdlog::debug("{} prompt tokens ({} from the prefix cache), {} generated, {:.2f} tok/s, "
+                  "finish: {}",
+                  prompt_ids.size(), result.cached_prompt_tokens, result.tokens.size(),
                   1000.0 * double(result.tokens.size()) / result.timings.total_ms,
                   finish_reason_name(result.finish_reason));
     return result.text;
@@ -67,6 +70,7 @@ void add_chat_command(CLI::App& app) {
         const SamplingParams params = opts->sampling.resolve();
         Model model = opts->model.load();
         ModelRunner runner(model.config, model.weights, opts->cache.mla_mode());
+        CliGenerator generator(opts->cache, model, runner);
         const bool interactive = isatty(STDIN_FILENO) != 0;
 
         std::vector<ChatMessage> conversation;
@@ -86,7 +90,7 @@ void add_chat_command(CLI::App& app) {
             }
             conversation.push_back({"user", user_text});
             conversation.push_back(
-                {"assistant", reply(model, runner, params, opts->cache, conversation)});
+                {"assistant", reply(model, generator, params, conversation)});
             user_text.clear();
         }
     });

@@ -1,14 +1,18 @@
 // cmd_generate.cpp — `servelab generate`: one prompt in, generated text out.
 //
-// Part of the CLI (Lab 1). Text is streamed to stdout as it is decoded; with
+// Part of the CLI (Labs 1-4). Text is streamed to stdout as it is decoded; with
 // --json nothing is streamed and one JSON object is printed at the end with
-// the text, the token ids and the timings.
+// the text, the token ids and the timings. -n N asks for N completions of the
+// prompt (parallel sampling: completion i uses seed + i; on the paged cache
+// they share the prompt's KV blocks, Lab 4); they are printed one after another.
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <memory>
+#include <vector>
 
+#include "reference/cli/cli_generator.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
 #include "reference/common/error.h"
@@ -26,6 +30,8 @@ nlohmann::json result_to_json(const GenerationResult& result) {
         {"prompt_tokens", result.prompt_tokens},
         {"tokens", result.tokens},
         {"finish_reason", finish_reason_name(result.finish_reason)},
+        {"cached_prompt_tokens", result.cached_prompt_tokens},
+        {"out_of_kv_blocks", result.out_of_kv_blocks},
         {"timings",
          {{"time_to_first_token_ms", result.timings.first_step_ms},
           {"total_ms", result.timings.total_ms},
@@ -43,6 +49,7 @@ void add_generate_command(CLI::App& app) {
         CacheOptions cache;
         std::string prompt;
         std::string tokens;
+        int num_completions = 1;
         bool chat = false;
         bool json = false;
     };
@@ -54,6 +61,9 @@ void add_generate_command(CLI::App& app) {
     auto* prompt = cmd->add_option("-p,--prompt", opts->prompt, "prompt text");
     auto* tokens = cmd->add_option("--tokens", opts->tokens, "prompt as comma-separated token ids");
     prompt->excludes(tokens);
+    cmd->add_option("-n,--n", opts->num_completions, "completions of the prompt (parallel sampling)")
+        ->check(CLI::Range(1, 64))
+        ->capture_default_str();
     cmd->add_flag("--chat", opts->chat, "wrap the prompt as one ChatML user turn");
     cmd->add_flag("--json", opts->json, "print one JSON object: text, token ids, timings");
     cmd->callback([opts] {
@@ -81,28 +91,50 @@ void add_generate_command(CLI::App& app) {
         }
 
         ModelRunner runner(model.config, model.weights, opts->cache.mla_mode());
+        CliGenerator generator(opts->cache, model, runner);
+        const bool stream_text = !opts->json && opts->num_completions == 1;
         TokenCallback stream;
-        if (!opts->json) {
+        if (stream_text) {
             stream = [](TokenId, const std::string& piece) {
                 std::fwrite(piece.data(), 1, piece.size(), stdout);
                 std::fflush(stdout);
             };
         }
-        const std::unique_ptr<KvCache> cache =
-            opts->cache.make(model.config, int64_t(prompt_ids.size()), params.max_tokens);
-        const GenerationResult result = generate(runner, model.config, model.tokenizer, prompt_ids,
-                                                 params, stream, cache.get());
+        const std::vector<GenerationResult> results =
+            generator.generate(prompt_ids, params, opts->num_completions, stream);
+        for (const GenerationResult& result : results) {
+            if (result.out_of_kv_blocks) {
+                spdlog::warn("the KV block pool ran out after {} generated tokens; raise "
+                             "--kv-memory",
+                             result.tokens.size());
+            }
+        }
         if (opts->json) {
-            std::printf("%s\n", result_to_json(result).dump(2).c_str());
+            nlohmann::json report = result_to_json(results[0]);
+            if (results.size() > 1) {
+                report["choices"] = nlohmann::json::array();
+                for (const GenerationResult& result : results) {
+                    report["choices"].push_back(result_to_json(result));
+                }
+            }
+            std::printf("%s\n", report.dump(2).c_str());
+            return;
+        }
+        if (!stream_text) {
+            for (size_t i = 0; i < results.size(); ++i) {
+                std::printf("--- completion %zu ---\n%s\n", i, results[i].text.c_str());
+            }
         } else {
             std::printf("\n");
-            spdlog::info(
-                "{} prompt + {} generated tokens, first token {:.0f} ms, {:.2f} tok/s, "
-                "finish: {}",
-                result.prompt_tokens.size(), result.tokens.size(), result.timings.first_step_ms,
-                1000.0 * double(result.tokens.size()) / result.timings.total_ms,
-                finish_reason_name(result.finish_reason));
         }
+        const GenerationResult& first = results[0];
+        spdlog::info(
+            "{} prompt tokens ({} from the prefix cache) + {} generated, first token {:.0f} "
+            "ms, {:.2f} tok/s, finish: {}",
+            first.prompt_tokens.size(), first.cached_prompt_tokens, first.tokens.size(),
+            first.timings.first_step_ms,
+            1000.0 * double(first.tokens.size()) / first.timings.total_ms,
+            finish_reason_name(first.finish_reason));
     });
 }
 

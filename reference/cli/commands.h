@@ -17,5 +17,7 @@ void add_logits_command(CLI::App& app);           // raw logits of a prompt (ora
 void add_make_tiny_model_command(CLI::App& app);  // random small llama GGUF
 void add_devices_command(CLI::App& app);          // CPU threads, CUDA GPUs
 void add_kv_compare_command(CLI::App& app);       // KV cache type vs fp32 (Lab 3)
+void add_kv_sim_command(CLI::App& app);           // KV memory waste: static vs paged (Lab 4)
+void add_replay_command(CLI::App& app);           // a trace through the engine (Lab 4)
 
 }  // namespace servelab::cli

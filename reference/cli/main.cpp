@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
     servelab::cli::add_make_tiny_model_command(app);
     servelab::cli::add_devices_command(app);
     servelab::cli::add_kv_compare_command(app);
+    servelab::cli::add_kv_sim_command(app);
+    servelab::cli::add_replay_command(app);
 
     try {
         app.parse(argc, argv);

@@ -1,0 +1,48 @@
+// cli_generator.h — one generation entry point for the CLI, over whichever KV cache the flags chose.
+//
+// Part of the CLI (Labs 1-4). generate, chat and bench decode through this:
+//   paged (Lab 4, default where supported): one block pool for the whole
+//     command, sized from --kv-memory, shared by every request it runs, with
+//     the prefix cache on (so a chat's later turns reuse the conversation's
+//     blocks) and n completions sharing their prompt's blocks;
+//   contiguous (Labs 2-3): a fresh cache per request, sized prompt + max_tokens;
+//   none (--no-kv-cache, Lab 1): naive decoding.
+// Without the paged cache, n > 1 runs the n completions one after another
+// (completion i with seed + i, as the paged engine does).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "reference/cli/cli_options.h"
+#include "reference/engine/generator.h"
+#include "reference/kv/kv_block_manager.h"
+
+namespace servelab::cli {
+
+class CliGenerator {
+  public:
+    // Allocates the paged pool if the flags choose it; logs its size. The
+    // options, model and runner must outlive the generator.
+    CliGenerator(const CacheOptions& options, const Model& model, ModelRunner& runner);
+
+    // `on_token` streams completion 0.
+    std::vector<GenerationResult> generate(std::span<const TokenId> prompt,
+                                           const SamplingParams& params, int num_completions,
+                                           const TokenCallback& on_token = {});
+
+    bool paged() const { return manager_ != nullptr; }
+    // "paged (…)", "contiguous (f32)" or "none": for logs and bench reports.
+    std::string describe() const;
+
+  private:
+    const CacheOptions& options_;
+    const Model& model_;
+    ModelRunner& runner_;
+    std::unique_ptr<PagedKvCache> pool_;
+    std::unique_ptr<KvBlockManager> manager_;
+};
+
+}  // namespace servelab::cli
