@@ -26,7 +26,7 @@ trap 'rm -f "$results"' EXIT
 for ((r = 1; r <= rounds; r++)); do
   for t in "${types[@]}"; do
     echo "round $r/$rounds: $t" >&2
-    "$bin" -q bench --json --kv-dtype "$t" --prompt-tokens "$prompt" --gen-tokens "$gen" \
+    "$bin" -q bench --json --kv-layout contiguous --kv-dtype "$t" --prompt-tokens "$prompt" --gen-tokens "$gen" \
       --repeats 1 | python3 -c "import json,sys; print('$t', json.load(sys.stdin)['decode_tokens_per_s'])" \
       >> "$results"
   done

@@ -1,4 +1,5 @@
-// paged_attention.cpp — see paged_attention.h.
+// paged_attention.cpp — see paged_attention.h. Lab 4's exercise: the gather through the
+// block table.
 #include "kernels/cpu/paged_attention.h"
 
 #include <cmath>
@@ -19,10 +20,14 @@ void paged_attention(const float* q, const float* key_pool, const float* value_p
     const float scale = 1.0f / std::sqrt(float(s.head_dim));
     // Where each visible token's row is in the pool: the block table lookup,
     // done once per call rather than once per head.
-    std::vector<int64_t> pool_row(size_t(s.num_keys));
+    std::vector<int64_t> pool_row(static_cast<size_t>(s.num_keys));
+    // BEGIN SOLUTION lab04
+    // HINT: token j is in logical block j / block_size at offset j % block_size;
+    // HINT: block_table[logical] is the physical block, which starts at row block · block_size
     for (int64_t j = 0; j < s.num_keys; ++j) {
         pool_row[size_t(j)] = int64_t(block_table[j / block_size]) * block_size + j % block_size;
     }
+    // END SOLUTION
     std::vector<int64_t> kv_head_of(size_t(s.num_heads));
     for (int64_t h = 0; h < s.num_heads; ++h) {
         kv_head_of[size_t(h)] = kv_head_for_query_head(h, s.num_heads, s.num_kv_heads);

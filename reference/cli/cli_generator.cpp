@@ -24,11 +24,10 @@ CliGenerator::CliGenerator(const CacheOptions& options, const Model& model, Mode
 std::string CliGenerator::describe() const {
     if (options_.disabled) return "none (naive decoding)";
     if (!manager_) return fmt::format("contiguous ({})", options_.kv_dtype);
-    return fmt::format("paged, {} blocks of {} tokens = {} tokens in {} (f32), prefix caching {}",
-                       pool_->num_blocks(), pool_->block_size(),
-                       pool_->num_blocks() * pool_->block_size(),
-                       format_bytes(pool_->allocated_bytes()),
-                       manager_->prefix_caching() ? "on" : "off");
+    return fmt::format(
+        "paged, {} blocks of {} tokens = {} tokens in {} (f32), prefix caching {}",
+        pool_->num_blocks(), pool_->block_size(), pool_->num_blocks() * pool_->block_size(),
+        format_bytes(pool_->allocated_bytes()), manager_->prefix_caching() ? "on" : "off");
 }
 
 std::vector<GenerationResult> CliGenerator::generate(std::span<const TokenId> prompt,
@@ -50,7 +49,7 @@ std::vector<GenerationResult> CliGenerator::generate(std::span<const TokenId> pr
         const std::unique_ptr<KvCache> cache =
             options_.make(model_.config, int64_t(prompt.size()), params.max_tokens);
         results.push_back(servelab::generate(runner_, model_.config, model_.tokenizer, prompt, own,
-                                   i == 0 ? on_token : TokenCallback{}, cache.get()));
+                                             i == 0 ? on_token : TokenCallback{}, cache.get()));
     }
     return results;
 }

@@ -1,4 +1,5 @@
-// cli_generator.h — one generation entry point for the CLI, over whichever KV cache the flags chose.
+// cli_generator.h — one generation entry point for the CLI, over whichever KV cache the flags
+// chose.
 //
 // Part of the CLI (Labs 1-4). generate, chat and bench decode through this:
 //   paged (Lab 4, default where supported): one block pool for the whole

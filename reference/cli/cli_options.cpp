@@ -5,10 +5,10 @@
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-#include <unistd.h>
 
 #include "reference/common/error.h"
 #include "reference/kv/kv_budget.h"
@@ -97,10 +97,11 @@ bool CacheOptions::paged(const ModelConfig& config) const {
     if (disabled || layout == "contiguous") return false;
     const bool supported = !config.is_mla() && kv_dtype == "f32";
     if (layout == "paged" && !supported) {
-        throw Error(fmt::format("--kv-layout paged: the paged cache holds f32 keys and values of "
-                                "non-MLA models ({} with --kv-dtype {}: use --kv-layout "
-                                "contiguous)",
-                                config.is_mla() ? "an MLA model" : "this model", kv_dtype));
+        throw Error(
+            fmt::format("--kv-layout paged: the paged cache holds f32 keys and values of "
+                        "non-MLA models ({} with --kv-dtype {}: use --kv-layout "
+                        "contiguous)",
+                        config.is_mla() ? "an MLA model" : "this model", kv_dtype));
     }
     return supported;
 }
@@ -108,8 +109,8 @@ bool CacheOptions::paged(const ModelConfig& config) const {
 int64_t CacheOptions::memory_budget_bytes() const {
     double fraction = 0;
     const auto [end, ec] = std::from_chars(memory.data(), memory.data() + memory.size(), fraction);
-    const bool is_fraction =
-        ec == std::errc() && end == memory.data() + memory.size() && memory.find('.') != std::string::npos;
+    const bool is_fraction = ec == std::errc() && end == memory.data() + memory.size() &&
+                             memory.find('.') != std::string::npos;
     if (!is_fraction) return parse_byte_size(memory);
     if (!(fraction > 0.0 && fraction <= 1.0)) {
         throw Error(fmt::format("--kv-memory {}: a fraction must be in (0, 1]", memory));

@@ -160,7 +160,7 @@ void add_bench_command(CLI::App& app) {
             {"mode", opts->cache.disabled ? "naive decoding (no KV cache), fp32 weights"
                                           : fmt::format("KV cache {}, fp32 weights", kv_cache)},
             {"kv_cache", !opts->cache.disabled},
-            {"kv_layout", opts->cache.disabled ? "none"
+            {"kv_layout", opts->cache.disabled              ? "none"
                           : opts->cache.paged(model.config) ? "paged"
                                                             : "contiguous"},
             {"n", opts->num_completions},

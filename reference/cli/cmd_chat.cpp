@@ -47,11 +47,12 @@ std::string reply(const Model& model, CliGenerator& generator, const SamplingPar
     if (result.out_of_kv_blocks) {
         spdlog::warn("the KV block pool ran out mid-reply; raise --kv-memory");
     }
-    spdlog::debug("{} prompt tokens ({} from the prefix cache), {} generated, {:.2f} tok/s, "
-                  "finish: {}",
-                  prompt_ids.size(), result.cached_prompt_tokens, result.tokens.size(),
-                  1000.0 * double(result.tokens.size()) / result.timings.total_ms,
-                  finish_reason_name(result.finish_reason));
+    spdlog::debug(
+        "{} prompt tokens ({} from the prefix cache), {} generated, {:.2f} tok/s, "
+        "finish: {}",
+        prompt_ids.size(), result.cached_prompt_tokens, result.tokens.size(),
+        1000.0 * double(result.tokens.size()) / result.timings.total_ms,
+        finish_reason_name(result.finish_reason));
     return result.text;
 }
 
@@ -89,8 +90,7 @@ void add_chat_command(CLI::App& app) {
                 }
             }
             conversation.push_back({"user", user_text});
-            conversation.push_back(
-                {"assistant", reply(model, generator, params, conversation)});
+            conversation.push_back({"assistant", reply(model, generator, params, conversation)});
             user_text.clear();
         }
     });

@@ -61,7 +61,8 @@ void add_generate_command(CLI::App& app) {
     auto* prompt = cmd->add_option("-p,--prompt", opts->prompt, "prompt text");
     auto* tokens = cmd->add_option("--tokens", opts->tokens, "prompt as comma-separated token ids");
     prompt->excludes(tokens);
-    cmd->add_option("-n,--n", opts->num_completions, "completions of the prompt (parallel sampling)")
+    cmd->add_option("-n,--n", opts->num_completions,
+                    "completions of the prompt (parallel sampling)")
         ->check(CLI::Range(1, 64))
         ->capture_default_str();
     cmd->add_flag("--chat", opts->chat, "wrap the prompt as one ChatML user turn");
@@ -104,9 +105,10 @@ void add_generate_command(CLI::App& app) {
             generator.generate(prompt_ids, params, opts->num_completions, stream);
         for (const GenerationResult& result : results) {
             if (result.out_of_kv_blocks) {
-                spdlog::warn("the KV block pool ran out after {} generated tokens; raise "
-                             "--kv-memory",
-                             result.tokens.size());
+                spdlog::warn(
+                    "the KV block pool ran out after {} generated tokens; raise "
+                    "--kv-memory",
+                    result.tokens.size());
             }
         }
         if (opts->json) {

@@ -57,7 +57,8 @@ void add_kv_sim_command(CLI::App& app) {
     auto opts = std::make_shared<Options>();
     CLI::App* cmd = app.add_subcommand(
         "kv-sim", "KV memory wasted by static reservation vs paging on a trace (Lab 4)");
-    cmd->add_option("--trace", opts->trace, "JSONL trace of request lengths")->capture_default_str();
+    cmd->add_option("--trace", opts->trace, "JSONL trace of request lengths")
+        ->capture_default_str();
     cmd->add_option("--config", opts->config, "named model config (see `info --kv`)")
         ->capture_default_str();
     cmd->add_option("--kv-dtype", opts->kv_dtype, "KV element type: f32, f16, bf16, int8 or fp8")
@@ -88,9 +89,9 @@ void add_kv_sim_command(CLI::App& app) {
         }
         const std::vector<TraceRequest> trace = load_trace(opts->trace);
         std::vector<MemorySimResult> results;
-        for (ReservationPolicy policy : {ReservationPolicy::kStaticMax,
-                                         ReservationPolicy::kStaticExact,
-                                         ReservationPolicy::kPaged}) {
+        for (ReservationPolicy policy :
+             {ReservationPolicy::kStaticMax, ReservationPolicy::kStaticExact,
+              ReservationPolicy::kPaged}) {
             results.push_back(simulate_kv_memory(trace, policy, sim));
         }
         if (opts->json) {
@@ -105,7 +106,8 @@ void add_kv_sim_command(CLI::App& app) {
                                      {"max_seq_len", sim.max_seq_len},
                                      {"max_running", sim.max_running},
                                      {"policies", nlohmann::json::array()}};
-            for (const MemorySimResult& r : results) report["policies"].push_back(result_to_json(r));
+            for (const MemorySimResult& r : results)
+                report["policies"].push_back(result_to_json(r));
             std::printf("%s\n", report.dump(2).c_str());
             return;
         }
@@ -120,9 +122,10 @@ void add_kv_sim_command(CLI::App& app) {
                         100 * r.waste_never_fraction, r.mean_running, (long long)r.peak_running,
                         (long long)r.steps, (long long)r.preemptions);
         }
-        std::printf("waste: reserved slots holding no token (time average), split into slots the "
-                    "sequence fills later (future) and never (never-used); running: mean "
-                    "sequences per step\n");
+        std::printf(
+            "waste: reserved slots holding no token (time average), split into slots the "
+            "sequence fills later (future) and never (never-used); running: mean "
+            "sequences per step\n");
     });
 }
 

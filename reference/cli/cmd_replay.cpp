@@ -70,11 +70,13 @@ void add_replay_command(CLI::App& app) {
     cmd->add_flag("--json", opts->json, "print one JSON object");
     cmd->callback([opts] {
         std::vector<TraceRequest> trace = load_trace(opts->trace);
-        if (opts->limit > 0 && opts->limit < int64_t(trace.size())) trace.resize(size_t(opts->limit));
+        if (opts->limit > 0 && opts->limit < int64_t(trace.size()))
+            trace.resize(size_t(opts->limit));
         Model model = opts->model.load();
         if (!opts->cache.paged(model.config)) {
-            throw Error("replay runs on the paged KV cache: drop --kv-layout contiguous / "
-                        "--no-kv-cache");
+            throw Error(
+                "replay runs on the paged KV cache: drop --kv-layout contiguous / "
+                "--no-kv-cache");
         }
         ModelRunner runner(model.config, model.weights);
         CliGenerator generator(opts->cache, model, runner);
@@ -89,7 +91,8 @@ void add_replay_command(CLI::App& app) {
             SamplingParams params;
             params.ignore_eos = true;
             params.max_tokens = int32_t(r.output_tokens);
-            if (opts->max_output > 0) params.max_tokens = std::min(params.max_tokens, opts->max_output);
+            if (opts->max_output > 0)
+                params.max_tokens = std::min(params.max_tokens, opts->max_output);
             const GenerationResult result = generator.generate(prompt, params, 1).at(0);
             prompt_tokens += int64_t(prompt.size());
             cached_tokens += result.cached_prompt_tokens;
@@ -124,14 +127,15 @@ void add_replay_command(CLI::App& app) {
             std::printf("%s\n", report.dump(2).c_str());
             return;
         }
-        std::printf("%zu requests, %lld prompt tokens, %lld from the prefix cache (hit rate "
-                    "%.1f%%)\n",
-                    trace.size(), (long long)prompt_tokens, (long long)cached_tokens,
-                    100 * hit_rate);
-        std::printf("tokens computed by the model: %lld (prompt %lld + generated %lld without "
-                    "the cache)\n",
-                    (long long)runner.num_tokens_computed(), (long long)prompt_tokens,
-                    (long long)generated);
+        std::printf(
+            "%zu requests, %lld prompt tokens, %lld from the prefix cache (hit rate "
+            "%.1f%%)\n",
+            trace.size(), (long long)prompt_tokens, (long long)cached_tokens, 100 * hit_rate);
+        std::printf(
+            "tokens computed by the model: %lld (prompt %lld + generated %lld without "
+            "the cache)\n",
+            (long long)runner.num_tokens_computed(), (long long)prompt_tokens,
+            (long long)generated);
         std::printf("prefill %.0f ms in all, %.0f ms total\n", prefill_ms, total_ms);
     });
 }

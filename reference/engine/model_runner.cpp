@@ -92,9 +92,10 @@ std::vector<float> ModelRunner::forward(const StepInput& step, PagedKvCache& cac
     if (config_.is_mla()) throw Error("forward: MLA models do not run on a paged cache yet");
     const int64_t step_end = step.start_position + int64_t(step.tokens.size());
     if (step_end != table.num_tokens()) {
-        throw Error(fmt::format("forward: step ends at position {} but the block table has {} "
-                                "slots reserved",
-                                step_end, table.num_tokens()));
+        throw Error(
+            fmt::format("forward: step ends at position {} but the block table has {} "
+                        "slots reserved",
+                        step_end, table.num_tokens()));
     }
     return run_layers(step, KvTarget{.paged = &cache, .table = &table});
 }
@@ -163,11 +164,10 @@ void ModelRunner::attention_block(int64_t layer_index, const StepInput& step, Kv
         // then attend over every token the table maps.
         kv.paged->write(layer_index, *kv.table, step.start_position, k_.data(), v_.data(),
                         num_tokens);
-        const AttentionShape shape{num_tokens, step.start_position + num_tokens,
-                                   config_.num_heads, config_.num_kv_heads, config_.head_dim};
+        const AttentionShape shape{num_tokens, step.start_position + num_tokens, config_.num_heads,
+                                   config_.num_kv_heads, config_.head_dim};
         paged_attention(q_.data(), kv.paged->keys(layer_index), kv.paged->values(layer_index),
-                        kv.table->blocks().data(), kv.paged->block_size(), attn_out_.data(),
-                        shape);
+                        kv.table->blocks().data(), kv.paged->block_size(), attn_out_.data(), shape);
     } else {
         // Without a cache the keys and values are exactly this step's: the
         // whole sequence, recomputed every step (Lab 1).

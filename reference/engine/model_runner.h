@@ -68,8 +68,7 @@ class ModelRunner {
     // The same over a paged cache (Lab 4). The step's slots must already be
     // reserved in `table` (the step ends at table.num_tokens()); its keys and
     // values are written to the blocks the table names.
-    std::vector<float> forward(const StepInput& step, PagedKvCache& cache,
-                               const BlockTable& table);
+    std::vector<float> forward(const StepInput& step, PagedKvCache& cache, const BlockTable& table);
 
     // Tokens pushed through the layers so far, over all steps: the prefill
     // work a prefix-cache hit saves shows up here (Lab 4).

@@ -78,12 +78,13 @@ std::vector<GenerationResult> generate_paged(ModelRunner& runner, const ModelCon
     const int64_t num_cached = prompt_kv.num_computed_tokens;
     const int64_t num_to_compute = int64_t(prompt_tokens.size()) - num_cached;
     if (!kv.reserve(prompt_kv, num_to_compute)) {
-        const int64_t blocks = (int64_t(prompt_tokens.size()) + kv.cache().block_size() - 1) /
-                               kv.cache().block_size();
+        const int64_t blocks =
+            (int64_t(prompt_tokens.size()) + kv.cache().block_size() - 1) / kv.cache().block_size();
         kv.finish(prompt_kv);
-        throw Error(fmt::format("generate: the prompt needs {} KV blocks but the pool has {} "
-                                "(raise --kv-memory)",
-                                blocks, kv.cache().num_blocks()));
+        throw Error(
+            fmt::format("generate: the prompt needs {} KV blocks but the pool has {} "
+                        "(raise --kv-memory)",
+                        blocks, kv.cache().num_blocks()));
     }
     const StepInput prefill{prompt_tokens.subspan(size_t(num_cached)), num_cached};
     const std::vector<float> prompt_logits = runner.forward(prefill, kv.cache(), prompt_kv.table);

@@ -13,12 +13,14 @@
 namespace servelab {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
 
 struct Running {
     const TraceRequest* request = nullptr;
-    int64_t length = 0;          // tokens so far: prompt + generated
-    int64_t reserved_slots = 0;  // static policies
+    int64_t length = 0;               // tokens so far: prompt + generated
+    int64_t reserved_slots = 0;       // static policies
     std::optional<BlockTable> table;  // paged policy
 
     int64_t final_length() const { return request->prompt_tokens + request->output_tokens; }
@@ -74,8 +76,9 @@ class Simulator {
 
     static int64_t num_pool_blocks(const MemorySimOptions& o) {
         if (o.capacity_tokens < 1 || o.block_size < 1 || o.max_seq_len < 1 || o.max_running < 1) {
-            throw Error("kv-sim: capacity, block size, max sequence length and batch size "
-                        "must be >= 1");
+            throw Error(
+                "kv-sim: capacity, block size, max sequence length and batch size "
+                "must be >= 1");
         }
         return std::max<int64_t>(1, o.capacity_tokens / o.block_size);
     }
@@ -89,8 +92,9 @@ class Simulator {
     void check_fits(const TraceRequest& r) const {
         const int64_t final_length = r.prompt_tokens + r.output_tokens;
         if (policy_ == ReservationPolicy::kStaticMax && final_length > options_.max_seq_len) {
-            throw Error(fmt::format("kv-sim: request {} needs {} tokens, more than --max-seq-len {}",
-                                    r.id, final_length, options_.max_seq_len));
+            throw Error(
+                fmt::format("kv-sim: request {} needs {} tokens, more than --max-seq-len {}", r.id,
+                            final_length, options_.max_seq_len));
         }
         const int64_t pool_slots = policy_ == ReservationPolicy::kPaged
                                        ? allocator_.num_blocks() * options_.block_size
@@ -181,15 +185,18 @@ class Simulator {
 
 const char* policy_name(ReservationPolicy policy) {
     switch (policy) {
-        case ReservationPolicy::kStaticMax: return "static-max";
-        case ReservationPolicy::kStaticExact: return "static-exact";
-        case ReservationPolicy::kPaged: return "paged";
+        case ReservationPolicy::kStaticMax:
+            return "static-max";
+        case ReservationPolicy::kStaticExact:
+            return "static-exact";
+        case ReservationPolicy::kPaged:
+            return "paged";
     }
     return "?";
 }
 
-MemorySimResult simulate_kv_memory(const std::vector<TraceRequest>& trace,
-                                   ReservationPolicy policy, const MemorySimOptions& options) {
+MemorySimResult simulate_kv_memory(const std::vector<TraceRequest>& trace, ReservationPolicy policy,
+                                   const MemorySimOptions& options) {
     return Simulator(trace, policy, options).run();
 }
 

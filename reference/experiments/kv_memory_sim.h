@@ -43,10 +43,10 @@ struct MemorySimOptions {
 // Time averages are over steps; "reserved" means held by running sequences.
 struct MemorySimResult {
     std::string policy;
-    int64_t steps = 0;              // until the last request finishes
-    double mean_running = 0;        // sequences decoding at once
+    int64_t steps = 0;        // until the last request finishes
+    double mean_running = 0;  // sequences decoding at once
     int64_t peak_running = 0;
-    double mean_used_tokens = 0;    // slots holding a computed token
+    double mean_used_tokens = 0;  // slots holding a computed token
     double mean_reserved_tokens = 0;
     // Of the reserved slots: (reserved - used) / reserved, split into slots
     // the sequence will still fill and slots it never will.
@@ -59,7 +59,7 @@ struct MemorySimResult {
 
 // Throws servelab::Error if a request can never fit (longer than max_seq_len
 // for static-max, or than the whole pool) or options are out of range.
-MemorySimResult simulate_kv_memory(const std::vector<TraceRequest>& trace,
-                                   ReservationPolicy policy, const MemorySimOptions& options);
+MemorySimResult simulate_kv_memory(const std::vector<TraceRequest>& trace, ReservationPolicy policy,
+                                   const MemorySimOptions& options);
 
 }  // namespace servelab

@@ -46,8 +46,8 @@ std::vector<TraceRequest> load_trace(const std::string& path) {
         r.prefix_tokens = integer_field(record, "prefix_tokens", 0, where);
         if (r.prompt_tokens < 1 || r.output_tokens < 1 || r.prompt_tokens > (1 << 24) ||
             r.output_tokens > (1 << 24)) {
-            throw Error(fmt::format("{}: prompt_tokens and output_tokens must be in [1, 2^24]",
-                                    where));
+            throw Error(
+                fmt::format("{}: prompt_tokens and output_tokens must be in [1, 2^24]", where));
         }
         if (r.prefix_tokens < 0 || r.prefix_tokens > r.prompt_tokens) {
             throw Error(fmt::format("{}: prefix_tokens must be in [0, prompt_tokens]", where));

@@ -1,4 +1,4 @@
-// block_allocator.cpp — see block_allocator.h.
+// block_allocator.cpp — see block_allocator.h. Lab 4's exercise: allocate, retain, release.
 #include "reference/kv/block_allocator.h"
 
 #include <fmt/format.h>
@@ -19,11 +19,14 @@ BlockAllocator::BlockAllocator(int64_t num_blocks) {
 }
 
 std::optional<BlockId> BlockAllocator::try_allocate() {
+    // BEGIN SOLUTION lab04
+    // HINT: take the top of free_list_ (nullopt if empty); its count becomes 1
     if (free_list_.empty()) return std::nullopt;
     const BlockId block = free_list_.back();
     free_list_.pop_back();
     ref_counts_[size_t(block)] = 1;
     return block;
+    // END SOLUTION
 }
 
 BlockId BlockAllocator::allocate() {
@@ -45,13 +48,19 @@ void BlockAllocator::check_in_use(BlockId block, const char* operation) const {
 }
 
 void BlockAllocator::retain(BlockId block) {
+    // BEGIN SOLUTION lab04
+    // HINT: check_in_use(block, "retain") first: only a block in use can gain a holder
     check_in_use(block, "retain");
     ++ref_counts_[size_t(block)];
+    // END SOLUTION
 }
 
 void BlockAllocator::release(BlockId block) {
+    // BEGIN SOLUTION lab04
+    // HINT: check_in_use(block, "release") catches double frees; at count 0 it is free again
     check_in_use(block, "release");
     if (--ref_counts_[size_t(block)] == 0) free_list_.push_back(block);
+    // END SOLUTION
 }
 
 int32_t BlockAllocator::ref_count(BlockId block) const {

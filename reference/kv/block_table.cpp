@@ -1,4 +1,5 @@
-// block_table.cpp — see block_table.h.
+// block_table.cpp — see block_table.h. Lab 4's exercise: append_slot (with copy-on-write),
+// fork, free.
 #include "reference/kv/block_table.h"
 
 #include <fmt/format.h>
@@ -19,6 +20,11 @@ KvSlot BlockTable::slot(int64_t token) const {
 }
 
 AppendResult BlockTable::append_slot(BlockAllocator& allocator) {
+    // BEGIN SOLUTION lab04
+    // HINT: offset = num_tokens_ % block_size_; a new block only when offset == 0
+    // HINT: a shared (ref_count > 1) partial last block: allocate your own, report
+    // HINT: the BlockCopy, release the shared one (copy-on-write)
+    // HINT: allocate before changing anything: on "out of blocks" the table stays as it was
     AppendResult result;
     const int64_t offset = num_tokens_ % block_size_;
     if (offset == 0) {
@@ -35,6 +41,7 @@ AppendResult BlockTable::append_slot(BlockAllocator& allocator) {
     result.slot = KvSlot{blocks_.back(), offset};
     ++num_tokens_;
     return result;
+    // END SOLUTION
 }
 
 void BlockTable::append_full_block(BlockId block, BlockAllocator& allocator) {
@@ -48,14 +55,20 @@ void BlockTable::append_full_block(BlockId block, BlockAllocator& allocator) {
 }
 
 BlockTable BlockTable::fork(BlockAllocator& allocator) const {
+    // BEGIN SOLUTION lab04
+    // HINT: the copy holds the same blocks: one more holder for each
     for (BlockId block : blocks_) allocator.retain(block);
     return *this;
+    // END SOLUTION
 }
 
 void BlockTable::free(BlockAllocator& allocator) {
+    // BEGIN SOLUTION lab04
+    // HINT: release every block, then empty the table
     for (BlockId block : blocks_) allocator.release(block);
     blocks_.clear();
     num_tokens_ = 0;
+    // END SOLUTION
 }
 
 }  // namespace servelab

@@ -17,6 +17,7 @@ import sys
 import tempfile
 
 FAILURES = []
+TRACES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "traces")
 
 
 def run(servelab, *args, stdin=""):
@@ -162,6 +163,70 @@ def test_kv_compression(servelab, workdir, tiny):
                  "give -p/--prompt or --prompts-file")
 
 
+def test_paged(servelab, workdir, tiny):
+    """Lab 4: the paged cache in generate/chat, -n, kv-sim, replay, and their errors."""
+    tokens = {}
+    for layout in ("paged", "contiguous"):
+        code, out, err = run(servelab, "generate", "-m", tiny, "-p", "hello there", "--max-tokens", "12",
+                             "--ignore-eos", "--kv-layout", layout, "--block-size", "4", "--json")
+        tokens[layout] = json.loads(out).get("tokens") if code == 0 else err
+    check("generate: paged and contiguous caches give the same tokens",
+          tokens["paged"] == tokens["contiguous"] and len(tokens["paged"]) == 12, str(tokens))
+
+    code, out, err = run(servelab, "generate", "-m", tiny, "-p", "hello there", "--max-tokens", "8",
+                         "--ignore-eos", "--temperature", "0.9", "--seed", "5", "-n", "3", "--json")
+    choices = json.loads(out).get("choices", []) if code == 0 else []
+    check("generate -n 3 --json: three completions of 8 tokens",
+          len(choices) == 3 and all(len(c["tokens"]) == 8 for c in choices), out[:300] + err)
+    check("generate -n 3: completions differ (seeds 5, 6, 7)",
+          len({tuple(c["tokens"]) for c in choices}) > 1, str(choices)[:300])
+    code, out, err = run(servelab, "generate", "-m", tiny, "-p", "hello there", "--max-tokens", "8",
+                         "--ignore-eos", "--temperature", "0.9", "--seed", "6", "--json")
+    check("generate -n 3: completion 1 equals a single run with seed + 1",
+          code == 0 and len(choices) == 3 and json.loads(out)["tokens"] == choices[1]["tokens"], err)
+
+    code, out, err = run(servelab, "chat", "-m", tiny, "--max-tokens", "4", "--kv-memory", "2MiB",
+                         stdin="hello\nand again\n")
+    check("chat on the paged cache answers two turns", code == 0 and out.strip() != "", err)
+
+    code, out, err = run(servelab, "kv-sim", "--json", "--kv-memory", "512MiB",
+                         "--trace", os.path.join(TRACES, "sharegpt_like.jsonl"))
+    report = json.loads(out) if code == 0 else {}
+    waste = {p["policy"]: p["waste_fraction"] for p in report.get("policies", [])}
+    check("kv-sim --json: static-max wastes > 60%, paged < 4%",
+          waste.get("static-max", 0) > 0.6 and waste.get("paged", 1) < 0.04, out[:300] + err)
+
+    long_tiny = os.path.join(workdir, "tiny1024.gguf")
+    run(servelab, "make-tiny-model", "-o", long_tiny, "--seed", "3", "--context", "1024")
+    results = {}
+    for flag in ([], ["--no-prefix-caching"]):
+        code, out, err = run(servelab, "replay", "-m", long_tiny, "--limit", "8", "--max-output", "2",
+                             "--trace", os.path.join(TRACES, "shared_system_prompt.jsonl"), "--json", *flag)
+        results[bool(flag)] = json.loads(out) if code == 0 else {"error": err}
+    on, off = results[False], results[True]
+    check("replay: the prefix cache serves part of the prompts", on.get("prefix_hit_rate", 0) > 0.2, str(on)[:300])
+    check("replay --no-prefix-caching: no hits, more tokens computed",
+          off.get("prefix_hit_rate") == 0 and off.get("tokens_computed", 0) > on.get("tokens_computed", 1 << 60),
+          str(off)[:300])
+
+    expect_error(servelab, "KV pool too small for the prompt",
+                 ["generate", "-m", tiny, "-p", "hello there, this is a longer prompt", "--kv-memory", "1KiB",
+                  "--block-size", "2"], 1, "raise --kv-memory")
+    expect_error(servelab, "bad --kv-memory", ["generate", "-m", tiny, "-p", "x", "--kv-memory", "lots"], 1,
+                 "'lots' is not a memory size")
+    expect_error(servelab, "--kv-memory fraction above 1", ["generate", "-m", tiny, "-p", "x", "--kv-memory", "1.5"],
+                 1, "a fraction must be in (0, 1]")
+    expect_error(servelab, "paged with int8", ["generate", "-m", tiny, "-p", "x", "--kv-layout", "paged",
+                                               "--kv-dtype", "int8"], 1, "--kv-layout paged")
+    expect_error(servelab, "-n 0", ["generate", "-m", tiny, "-p", "x", "-n", "0"], 2, "-n")
+    expect_error(servelab, "kv-sim: unknown config", ["kv-sim", "--config", "GPT-9"], 1, "no model config 'GPT-9'")
+    expect_error(servelab, "kv-sim: missing trace", ["kv-sim", "--trace", "/nonexistent.jsonl"], 1,
+                 "cannot open trace")
+    expect_error(servelab, "replay needs the paged cache",
+                 ["replay", "-m", long_tiny, "--kv-layout", "contiguous", "--trace",
+                  os.path.join(TRACES, "shared_system_prompt.jsonl")], 1, "paged KV cache")
+
+
 def test_smollm2(servelab, model):
     # The question `make run` asks. Greedy, so the answer is fixed.
     code, out, err = run(servelab, "chat", "-m", model, "--message",
@@ -184,6 +249,7 @@ def main():
         else:
             test_tiny(args.servelab, workdir)
             test_kv_compression(args.servelab, workdir, os.path.join(workdir, "tiny.gguf"))
+            test_paged(args.servelab, workdir, os.path.join(workdir, "tiny.gguf"))
     print(f"{'FAILED' if FAILURES else 'PASSED'}: {len(FAILURES)} check(s) failed")
     return 1 if FAILURES else 0
 

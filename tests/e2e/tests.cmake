@@ -11,6 +11,7 @@
 #   oracle_tiny_mla_*           tiny deepseek2 models (multi-head latent attention,
 #                               dense MLP): with/without the query bottleneck
 #                               (q lora), f32 and q8_0, and one with uneven shapes
+#   traces_up_to_date           data/traces/*.jsonl match tools/make_traces.py (Lab 4)
 #   oracle_smollm2              the real SmolLM2-135M Q4_1 model (skipped, exit 77,
 #                               when data/models has no model file)
 
@@ -95,4 +96,11 @@ if(Python3_Interpreter_FOUND)
             --servelab $<TARGET_FILE:servelab> --smollm2 ${SERVELAB_E2E_MODEL})
   set_tests_properties(cli_tiny_model cli_smollm2_chat PROPERTIES
     LABELS "e2e" TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=1")
+endif()
+
+# Lab 4's request traces (data/traces/) must match their generator.
+if(servelab_e2e_ready)
+  add_test(NAME traces_up_to_date
+    COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tools/make_traces.py --check)
+  set_tests_properties(traces_up_to_date PROPERTIES LABELS "e2e" TIMEOUT 60)
 endif()

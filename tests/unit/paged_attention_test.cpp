@@ -119,7 +119,9 @@ TEST(PagedKvCache, IsSizedFromAMemoryBudget) {
     EXPECT_EQ(blocks, 10);
     const PagedKvCache pool(c, blocks, 16);
     EXPECT_EQ(pool.allocated_bytes(), blocks * block_bytes);
-    EXPECT_EQ(pool.allocator().num_free(), 10);
+    PagedKvCache pool_to_fill(c, blocks, 16);
+    for (int64_t i = 0; i < blocks; ++i) pool_to_fill.allocator().allocate();
+    EXPECT_FALSE(pool_to_fill.allocator().try_allocate().has_value());
 }
 
 }  // namespace

@@ -146,11 +146,19 @@ TEST_F(PagedEngine, PrefixCacheGivesTheSameTokensAndSkipsThePrefill) {
         const SamplingParams params =
             request % 2 ? greedy(12) : sampled(uint64_t(random_.integer(0, 1 << 30)), 12);
 
+        // Sampled requests ask for two completions: forks of a prompt whose
+        // leading blocks came from the cache.
+        const int n = request % 2 ? 1 : 2;
         const int64_t computed_before = runner_->num_tokens_computed();
-        const GenerationResult on = paged(prompt, params, with_cache).at(0);
+        const std::vector<GenerationResult> on_all = paged(prompt, params, with_cache, n);
         const int64_t computed = runner_->num_tokens_computed() - computed_before;
-        const GenerationResult off = paged(prompt, params, without_cache).at(0);
-        EXPECT_EQ(on.tokens, off.tokens) << "request " << request;
+        const std::vector<GenerationResult> off_all = paged(prompt, params, without_cache, n);
+        for (int i = 0; i < n; ++i) {
+            EXPECT_EQ(on_all[size_t(i)].tokens, off_all[size_t(i)].tokens)
+                << "request " << request << " completion " << i;
+        }
+        const GenerationResult& on = on_all[0];
+        const GenerationResult& off = off_all[0];
         EXPECT_EQ(off.cached_prompt_tokens, 0);
         // After the first request, the system prompt's full blocks are hits
         // (at least; an earlier request may share more), and hits are not
@@ -162,8 +170,9 @@ TEST_F(PagedEngine, PrefixCacheGivesTheSameTokensAndSkipsThePrefill) {
                                (int64_t(prompt.size()) - 1) / block_size * block_size));
             expected_hits += on.cached_prompt_tokens;
         }
-        EXPECT_EQ(computed, int64_t(prompt.size()) - on.cached_prompt_tokens +
-                                int64_t(on.tokens.size()) - 1);
+        int64_t decode_steps = 0;
+        for (const GenerationResult& r : on_all) decode_steps += int64_t(r.tokens.size()) - 1;
+        EXPECT_EQ(computed, int64_t(prompt.size()) - on.cached_prompt_tokens + decode_steps);
     }
     EXPECT_GT(expected_hits, 0);
 }
@@ -181,9 +190,13 @@ TEST_F(PagedEngine, EvictionUnderASmallPoolKeepsTheTokensUnchanged) {
     for (int request = 0; request < 12; ++request) {
         std::vector<TokenId> prompt = systems[size_t(random_.integer(0, 2))];
         for (TokenId t : random_prompt(random_.integer(1, 6))) prompt.push_back(t);
-        const SamplingParams params = greedy(16);
-        EXPECT_EQ(paged(prompt, params, with_cache).at(0).tokens,
-                  paged(prompt, params, without_cache).at(0).tokens);
+        const SamplingParams params = sampled(uint64_t(request), 16);
+        const std::vector<GenerationResult> on = paged(prompt, params, with_cache, 2);
+        const std::vector<GenerationResult> off = paged(prompt, params, without_cache, 2);
+        for (int i = 0; i < 2; ++i) {
+            EXPECT_EQ(on[size_t(i)].tokens, off[size_t(i)].tokens)
+                << "request " << request << " completion " << i;
+        }
     }
     EXPECT_LE(with_cache.prefix_cache()->num_cached_blocks(), 24);
 }
@@ -192,8 +205,7 @@ TEST_F(PagedEngine, APoolTooSmallIsAClearErrorOrAnEarlyLengthFinish) {
     SCOPED_TRACE(random_.trace());
     PagedKvCache pool(model_->config, 3, 4);  // 12 token slots
     KvBlockManager kv(pool, false);
-    const std::string error =
-        test::error_of([&] { paged(random_prompt(13), greedy(4), kv); });
+    const std::string error = test::error_of([&] { paged(random_prompt(13), greedy(4), kv); });
     EXPECT_NE(error.find("raise --kv-memory"), std::string::npos) << error;
     EXPECT_EQ(pool.allocator().num_free(), 3);
 

@@ -37,7 +37,8 @@ ModelConfig one_float_config() {
 // What a model would cache at `position`: depends on every token up to it.
 float prefix_value(std::span<const TokenId> tokens, int64_t position) {
     uint64_t h = 1469598103934665603ULL;
-    for (int64_t i = 0; i <= position; ++i) h = (h ^ uint64_t(tokens[size_t(i)])) * 1099511628211ULL;
+    for (int64_t i = 0; i <= position; ++i)
+        h = (h ^ uint64_t(tokens[size_t(i)])) * 1099511628211ULL;
     return float(h % 1000003);
 }
 
