@@ -3,9 +3,10 @@
 // Lab 4 (chapter 11.4, PagedAttention). The cache is a pool of physical
 // blocks, each holding block_size tokens' rows; a sequence's token j lives
 // in row block_table[j / block_size] · block_size + j % block_size of the
-// pool. Everything else is attention_causal (attention.h): the same scores,
-// mask and softmax, so the output equals attention over a contiguous cache
-// holding the same rows — only where a row is read from changes.
+// pool. Everything else is attention_over_kv (attention_kv.h): the same
+// scores, mask, softmax and loop order, so the output equals attention over
+// a contiguous cache holding the same rows — only where a row is read from
+// changes.
 #pragma once
 
 #include <cstdint>

@@ -63,6 +63,52 @@ std::string accept_token(Completion& c, TokenId token, int64_t context_length,
     return text_piece;
 }
 
+// Computes the prompt tokens the prefix cache did not have; returns the
+// logits of the last one. Throws (releasing the blocks) when the pool cannot
+// hold the prompt.
+std::vector<float> prefill(ModelRunner& runner, KvBlockManager& kv, PagedSequence& prompt_kv,
+                           std::span<const TokenId> prompt_tokens) {
+    const int64_t num_cached = prompt_kv.num_computed_tokens;
+    if (!kv.reserve(prompt_kv, int64_t(prompt_tokens.size()) - num_cached)) {
+        const int64_t block_size = kv.cache().block_size();
+        const int64_t blocks = (int64_t(prompt_tokens.size()) + block_size - 1) / block_size;
+        kv.finish(prompt_kv);
+        throw Error(
+            fmt::format("generate: the prompt needs {} KV blocks but the pool has {} "
+                        "(raise --kv-memory)",
+                        blocks, kv.cache().num_blocks()));
+    }
+    try {
+        const StepInput step{prompt_tokens.subspan(size_t(num_cached)), num_cached};
+        std::vector<float> logits = runner.forward(step, kv.cache(), prompt_kv.table);
+        kv.commit(prompt_kv, prompt_tokens);
+        return logits;
+    } catch (...) {
+        kv.finish(prompt_kv);
+        throw;
+    }
+}
+
+// One decode step of one completion: a slot for its newest token, a forward
+// pass over that token, the next token sampled. Returns the streamable text.
+std::string decode_step(ModelRunner& runner, KvBlockManager& kv, Completion& c,
+                        int64_t context_length, Clock::time_point start) {
+    const auto step_start = Clock::now();
+    if (!kv.reserve(c.kv, 1)) {
+        c.result.out_of_kv_blocks = true;
+        std::string held_back = c.stop.finish();
+        finish(c, FinishReason::kLength, start);
+        return held_back;
+    }
+    const int64_t position = int64_t(c.sequence.size()) - 1;
+    const StepInput step{std::span(c.sequence).subspan(size_t(position)), position};
+    std::vector<float> logits = runner.forward(step, kv.cache(), c.kv.table);
+    kv.commit(c.kv, c.sequence);
+    const TokenId token = c.sampler.sample(logits, c.sequence);
+    c.result.timings.step_latency_ms.push_back(elapsed_ms(step_start));
+    return accept_token(c, token, context_length, start);
+}
+
 }  // namespace
 
 std::vector<GenerationResult> generate_paged(ModelRunner& runner, const ModelConfig& config,
@@ -73,26 +119,11 @@ std::vector<GenerationResult> generate_paged(ModelRunner& runner, const ModelCon
     check_request(config, prompt_tokens, params, num_completions);
     const auto start = Clock::now();
 
-    // Prefill once: only the prompt tokens the prefix cache did not have.
+    // Prefill once, then fork: n completions share the prompt's blocks.
     PagedSequence prompt_kv = kv.start(prompt_tokens);
     const int64_t num_cached = prompt_kv.num_computed_tokens;
-    const int64_t num_to_compute = int64_t(prompt_tokens.size()) - num_cached;
-    if (!kv.reserve(prompt_kv, num_to_compute)) {
-        const int64_t blocks =
-            (int64_t(prompt_tokens.size()) + kv.cache().block_size() - 1) / kv.cache().block_size();
-        kv.finish(prompt_kv);
-        throw Error(
-            fmt::format("generate: the prompt needs {} KV blocks but the pool has {} "
-                        "(raise --kv-memory)",
-                        blocks, kv.cache().num_blocks()));
-    }
-    const StepInput prefill{prompt_tokens.subspan(size_t(num_cached)), num_cached};
-    const std::vector<float> prompt_logits = runner.forward(prefill, kv.cache(), prompt_kv.table);
-    kv.commit(prompt_kv, prompt_tokens);
+    const std::vector<float> prompt_logits = prefill(runner, kv, prompt_kv, prompt_tokens);
     const double prefill_ms = elapsed_ms(start);
-
-    // n completions sharing the prompt's blocks; each samples its first
-    // token from the same logits with its own seed.
     // (StopChecker keeps a reference to its parameters: they live here.)
     std::vector<SamplingParams> own_params(size_t(num_completions), params);
     std::vector<Completion> completions;
@@ -107,48 +138,44 @@ std::vector<GenerationResult> generate_paged(ModelRunner& runner, const ModelCon
                                          StopChecker(tokenizer, own),
                                          {},
                                          false});
-        Completion& c = completions.back();
-        c.result.prompt_tokens.assign(prompt_tokens.begin(), prompt_tokens.end());
-        c.result.cached_prompt_tokens = num_cached;
-        c.result.timings.first_step_ms = prefill_ms;
-        std::vector<float> logits = prompt_logits;  // the sampler edits its logits
-        const TokenId token = c.sampler.sample(logits, c.sequence);
-        c.result.timings.step_latency_ms.push_back(prefill_ms);
-        const std::string piece = accept_token(c, token, config.context_length, start);
-        if (i == 0 && on_token) on_token(token, piece);
     }
 
-    // Decode: one token per unfinished completion per round.
-    bool any_running = true;
-    while (any_running) {
-        any_running = false;
+    try {
+        // Each completion samples its first token from the prompt's logits.
         for (size_t i = 0; i < completions.size(); ++i) {
             Completion& c = completions[i];
-            if (c.finished) continue;
-            const auto step_start = Clock::now();
-            if (!kv.reserve(c.kv, 1)) {
-                c.result.out_of_kv_blocks = true;
-                const std::string held_back = c.stop.finish();
-                finish(c, FinishReason::kLength, start);
-                if (i == 0 && on_token) on_token(c.result.tokens.back(), held_back);
-                continue;
-            }
-            const int64_t position = int64_t(c.sequence.size()) - 1;
-            const StepInput step{std::span(c.sequence).subspan(size_t(position)), position};
-            std::vector<float> logits = runner.forward(step, kv.cache(), c.kv.table);
-            kv.commit(c.kv, c.sequence);
+            c.result.prompt_tokens.assign(prompt_tokens.begin(), prompt_tokens.end());
+            c.result.cached_prompt_tokens = num_cached;
+            c.result.timings.first_step_ms = prefill_ms;
+            c.result.timings.step_latency_ms.push_back(prefill_ms);
+            std::vector<float> logits = prompt_logits;  // the sampler edits its logits
             const TokenId token = c.sampler.sample(logits, c.sequence);
-            c.result.timings.step_latency_ms.push_back(elapsed_ms(step_start));
             const std::string piece = accept_token(c, token, config.context_length, start);
             if (i == 0 && on_token) on_token(token, piece);
-            any_running = any_running || !c.finished;
+            if (c.finished) kv.finish(c.kv);
         }
+        // Decode: one token per unfinished completion per round. A finished
+        // completion's blocks go back at once (its full blocks stay cached).
+        bool any_running = true;
+        while (any_running) {
+            any_running = false;
+            for (size_t i = 0; i < completions.size(); ++i) {
+                Completion& c = completions[i];
+                if (c.finished) continue;
+                const std::string piece = decode_step(runner, kv, c, config.context_length, start);
+                if (i == 0 && on_token) on_token(c.result.tokens.back(), piece);
+                if (c.finished) kv.finish(c.kv);
+                any_running = any_running || !c.finished;
+            }
+        }
+    } catch (...) {
+        for (Completion& c : completions) kv.finish(c.kv);
+        throw;
     }
 
     std::vector<GenerationResult> results;
     for (Completion& c : completions) {
         c.result.text = c.stop.text();
-        kv.finish(c.kv);
         results.push_back(std::move(c.result));
     }
     return results;

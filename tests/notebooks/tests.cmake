@@ -15,6 +15,9 @@
 #   notebook_lab02_kv_cache         with versus without the cache; KV bytes per config
 #   notebook_lab03_kv_compression   KV bytes for MHA/GQA/MQA/MLA and f32/f16/int8; int8/fp8 cache
 #                                   quality against fp32; decode speed with an int8 cache
+#   notebook_lab04_paged_attention  KV memory wasted and sequences at once, static reservation
+#                                   against paging (kv-sim); prefix-cache hit rate and prefill
+#                                   work on a shared-system-prompt workload (replay)
 
 set(servelab_notebooks_ready FALSE)
 if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
@@ -40,7 +43,7 @@ if(servelab_notebooks_ready)
     "SERVELAB_BIN=$<TARGET_FILE:servelab>"
     "SERVELAB_ROOT=${CMAKE_SOURCE_DIR}"
     "OMP_NUM_THREADS=1")
-  foreach(notebook lab01_naive_decoding lab02_kv_cache lab03_kv_compression)
+  foreach(notebook lab01_naive_decoding lab02_kv_cache lab03_kv_compression lab04_paged_attention)
     add_test(NAME notebook_${notebook}
       COMMAND ${SERVELAB_PYTHON} -m jupyter nbconvert --to notebook --execute
               --ExecutePreprocessor.timeout=240
