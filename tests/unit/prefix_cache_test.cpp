@@ -209,7 +209,8 @@ TEST(KvBlockManager, RandomRequestsWithPrefixCachingKeepTheInvariants) {
     RandomSource random;
     SCOPED_TRACE(random.trace());
     constexpr int kOperations = 100'000;
-    const int64_t block_size = random.integer(1, 6);
+    // At least 2, so that forks share partly filled blocks (copy-on-write).
+    const int64_t block_size = random.integer(2, 6);
     PagedKvCache pool(one_float_config(), random.integer(12, 48), block_size);
     KvBlockManager kv(pool, true);
     // A few shared prefixes (system prompts), some of which extend others,
