@@ -20,7 +20,7 @@ void paged_attention(const float* q, const float* key_pool, const float* value_p
     std::vector<int64_t> pool_row(static_cast<size_t>(s.num_keys));
     // BEGIN SOLUTION lab04
     // HINT: token j is in logical block j / block_size at offset j % block_size;
-    // HINT: block_table[logical] is the physical block, which starts at row block · block_size
+    // HINT: physical block = block_table[logical]; its first row is block * block_size
     for (int64_t j = 0; j < s.num_keys; ++j) {
         pool_row[size_t(j)] = int64_t(block_table[j / block_size]) * block_size + j % block_size;
     }

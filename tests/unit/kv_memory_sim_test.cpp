@@ -38,7 +38,8 @@ TEST(KvMemorySim, StaticMaxReservesTheMaximumForEveryRequest) {
 
 TEST(KvMemorySim, PagedAllocatesABlockOnlyWhenTheLastIsFull) {
     const MemorySimOptions options{.capacity_tokens = 64, .block_size = 4, .max_seq_len = 32};
-    const MemorySimResult r = simulate_kv_memory(two_requests(), ReservationPolicy::kPaged, options);
+    const MemorySimResult r =
+        simulate_kv_memory(two_requests(), ReservationPolicy::kPaged, options);
     // Step 1: 4 tokens in one block each; step 2: 5 tokens, a second block each.
     EXPECT_EQ(r.steps, 2);
     EXPECT_DOUBLE_EQ(r.mean_reserved_tokens, 12.0);
@@ -70,7 +71,7 @@ TEST(KvMemorySim, ReproducesThePapersWasteOnTheShareGptLikeTrace) {
     const MemorySimResult exact =
         simulate_kv_memory(trace, ReservationPolicy::kStaticExact, options);
     const MemorySimResult paged = simulate_kv_memory(trace, ReservationPolicy::kPaged, options);
-    EXPECT_GT(max.waste_fraction, 0.6);  // the paper: 60-80% in existing systems
+    EXPECT_GT(max.waste_fraction, 0.6);     // the paper: 60-80% in existing systems
     EXPECT_LT(paged.waste_fraction, 0.04);  // the paper: under 4% with paging
     EXPECT_LT(paged.waste_fraction, exact.waste_fraction);
     EXPECT_LT(exact.waste_fraction, max.waste_fraction);
@@ -83,7 +84,8 @@ TEST(KvMemorySim, ReproducesThePapersWasteOnTheShareGptLikeTrace) {
 
 TEST(KvMemorySim, PreemptsWhenThePoolRunsOutAndStillFinishes) {
     std::vector<TraceRequest> trace;
-    for (int64_t i = 0; i < 20; ++i) trace.push_back({.id = i, .prompt_tokens = 5, .output_tokens = 40});
+    for (int64_t i = 0; i < 20; ++i)
+        trace.push_back({.id = i, .prompt_tokens = 5, .output_tokens = 40});
     const MemorySimOptions options{.capacity_tokens = 128, .block_size = 8, .max_seq_len = 64};
     const MemorySimResult r = simulate_kv_memory(trace, ReservationPolicy::kPaged, options);
     EXPECT_GT(r.preemptions, 0);
@@ -92,7 +94,8 @@ TEST(KvMemorySim, PreemptsWhenThePoolRunsOutAndStillFinishes) {
 }
 
 TEST(KvMemorySim, RejectsRequestsThatCanNeverFit) {
-    const std::vector<TraceRequest> long_one = {{.id = 7, .prompt_tokens = 30, .output_tokens = 10}};
+    const std::vector<TraceRequest> long_one = {
+        {.id = 7, .prompt_tokens = 30, .output_tokens = 10}};
     const MemorySimOptions options{.capacity_tokens = 64, .block_size = 4, .max_seq_len = 32};
     EXPECT_NE(test::error_of([&] {
                   simulate_kv_memory(long_one, ReservationPolicy::kStaticMax, options);
@@ -113,7 +116,8 @@ std::string write_temp(const std::string& text) {
 TEST(Trace, LoadsLinesAndNamesTheBadOne) {
     const std::string good = write_temp(
         "{\"id\": 3, \"prompt_tokens\": 10, \"output_tokens\": 5}\n\n"
-        "{\"prompt_tokens\": 8, \"output_tokens\": 2, \"prefix_group\": 1, \"prefix_tokens\": 4}\n");
+        "{\"prompt_tokens\": 8, \"output_tokens\": 2, \"prefix_group\": 1, \"prefix_tokens\": "
+        "4}\n");
     const std::vector<TraceRequest> trace = load_trace(good);
     ASSERT_EQ(trace.size(), 2u);
     EXPECT_EQ(trace[0].id, 3);

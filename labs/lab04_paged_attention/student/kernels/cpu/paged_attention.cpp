@@ -22,7 +22,7 @@ void paged_attention(const float* q, const float* key_pool, const float* value_p
     // done once per call rather than once per head.
     std::vector<int64_t> pool_row(static_cast<size_t>(s.num_keys));
     // TODO(lab04): token j is in logical block j / block_size at offset j % block_size;
-    // TODO(lab04): block_table[logical] is the physical block, which starts at row block · block_size
+    // TODO(lab04): physical block = block_table[logical]; its first row is block * block_size
     throw NotImplemented("lab04: paged_attention");
     const auto readers = query_heads_by_kv_head(s);
 
