@@ -83,33 +83,49 @@ void ModelRunner::resize_buffers(int64_t num_tokens) {
 std::vector<float> ModelRunner::forward(const StepInput& step, KvCache* cache) {
     check_step(step);
     check_cache(step, cache);
-    return run_layers(step, KvTarget{.contiguous = cache});
+    const SequenceChunk chunk{step, nullptr};
+    return run_layers(std::span(&chunk, 1), KvTarget{.contiguous = cache});
 }
 
 std::vector<float> ModelRunner::forward(const StepInput& step, PagedKvCache& cache,
                                         const BlockTable& table) {
-    check_step(step);
-    if (config_.is_mla()) throw Error("forward: MLA models do not run on a paged cache yet");
-    const int64_t step_end = step.start_position + int64_t(step.tokens.size());
-    if (step_end != table.num_tokens()) {
-        throw Error(
-            fmt::format("forward: step ends at position {} but the block table has {} "
-                        "slots reserved",
-                        step_end, table.num_tokens()));
-    }
-    return run_layers(step, KvTarget{.paged = &cache, .table = &table});
+    const SequenceChunk chunk{step, &table};
+    return forward_batch(std::span(&chunk, 1), cache);
 }
 
-std::vector<float> ModelRunner::run_layers(const StepInput& step, KvTarget kv) {
-    const int64_t num_tokens = int64_t(step.tokens.size());
+std::vector<float> ModelRunner::forward_batch(std::span<const SequenceChunk> chunks,
+                                              PagedKvCache& cache) {
+    if (chunks.empty()) throw Error("forward: a batch needs at least one sequence");
+    if (config_.is_mla()) throw Error("forward: MLA models do not run on a paged cache yet");
+    for (const SequenceChunk& chunk : chunks) {
+        check_step(chunk.step);
+        const int64_t step_end = chunk.step.start_position + int64_t(chunk.step.tokens.size());
+        if (chunk.table == nullptr || step_end != chunk.table->num_tokens()) {
+            throw Error(
+                fmt::format("forward: step ends at position {} but the block table has {} "
+                            "slots reserved",
+                            step_end, chunk.table == nullptr ? 0 : chunk.table->num_tokens()));
+        }
+    }
+    return run_layers(chunks, KvTarget{.paged = &cache});
+}
+
+std::vector<float> ModelRunner::run_layers(std::span<const SequenceChunk> chunks, KvTarget kv) {
+    int64_t num_tokens = 0;
+    for (const SequenceChunk& chunk : chunks) num_tokens += int64_t(chunk.step.tokens.size());
     const int64_t dim = config_.dim;
     resize_buffers(num_tokens);
     num_tokens_computed_ += num_tokens;
 
-    for (int64_t t = 0; t < num_tokens; ++t) {
-        positions_[size_t(t)] = step.start_position + t;
-        const float* row = weights_.token_embedding.data() + int64_t(step.tokens[size_t(t)]) * dim;
-        std::memcpy(x_.data() + t * dim, row, size_t(dim) * sizeof(float));
+    // The step's rows: every chunk's tokens, one chunk after another.
+    int64_t row = 0;
+    for (const SequenceChunk& chunk : chunks) {
+        for (size_t t = 0; t < chunk.step.tokens.size(); ++t, ++row) {
+            positions_[size_t(row)] = chunk.step.start_position + int64_t(t);
+            const float* embedding =
+                weights_.token_embedding.data() + int64_t(chunk.step.tokens[t]) * dim;
+            std::memcpy(x_.data() + row * dim, embedding, size_t(dim) * sizeof(float));
+        }
     }
 
     // MLA attends through its latent cache even in naive decoding: without a
@@ -123,28 +139,41 @@ std::vector<float> ModelRunner::run_layers(const StepInput& step, KvTarget kv) {
     }
     for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
         if (config_.is_mla()) {
-            mla_attention_block(layer, step, *mla_cache);
+            mla_attention_block(layer, chunks[0].step, *mla_cache);
         } else {
-            attention_block(layer, step, kv);
+            attention_block(layer, chunks, kv);
         }
         mlp_block(weights_.layers[size_t(layer)], num_tokens);
     }
     if (kv.contiguous != nullptr) kv.contiguous->commit(num_tokens);
+    return logits_of(chunks);
+}
 
-    // Only the rows that need logits go through the final norm and the head.
-    const int64_t first_row = step.logits_for == LogitsFor::kLastToken ? num_tokens - 1 : 0;
-    const int64_t num_rows = num_tokens - first_row;
-    rmsnorm_rows(x_.data() + first_row * dim, weights_.output_norm.data(), normed_.data(), num_rows,
-                 dim, config_.rms_norm_eps);
+// Only the rows that need logits go through the final norm and the head:
+// the vocabulary projection is the largest matmul.
+std::vector<float> ModelRunner::logits_of(std::span<const SequenceChunk> chunks) {
+    const int64_t dim = config_.dim;
+    int64_t num_rows = 0;
+    int64_t chunk_first_row = 0;
+    for (const SequenceChunk& chunk : chunks) {
+        const int64_t n = int64_t(chunk.step.tokens.size());
+        const int64_t first = chunk.step.logits_for == LogitsFor::kLastToken ? n - 1 : 0;
+        for (int64_t t = first; t < n; ++t, ++num_rows) {
+            rmsnorm(x_.data() + (chunk_first_row + t) * dim, weights_.output_norm.data(),
+                    normed_.data() + num_rows * dim, dim, config_.rms_norm_eps);
+        }
+        chunk_first_row += n;
+    }
     std::vector<float> logits(size_t(num_rows * config_.vocab_size));
     matmul(normed_.data(), weights_.output_matrix(), logits.data(), num_rows, dim,
            config_.vocab_size);
     return logits;
 }
 
-void ModelRunner::attention_block(int64_t layer_index, const StepInput& step, KvTarget kv) {
+void ModelRunner::attention_block(int64_t layer_index, std::span<const SequenceChunk> chunks,
+                                  KvTarget kv) {
     const LayerWeights& layer = weights_.layers[size_t(layer_index)];
-    const int64_t num_tokens = int64_t(step.tokens.size());
+    const int64_t num_tokens = int64_t(positions_.size());
     const int64_t dim = config_.dim;
     rmsnorm_rows(x_.data(), layer.attn_norm.data(), normed_.data(), num_tokens, dim,
                  config_.rms_norm_eps);
@@ -156,28 +185,44 @@ void ModelRunner::attention_block(int64_t layer_index, const StepInput& step, Kv
     rope_apply_rows(q_.data(), positions_.data(), num_tokens, config_.num_heads, rope);
     rope_apply_rows(k_.data(), positions_.data(), num_tokens, config_.num_kv_heads, rope);
 
+    // Everything above ran over the whole step at once; attention is per
+    // sequence, each over its own cached tokens.
+    int64_t row = 0;
+    for (const SequenceChunk& chunk : chunks) {
+        attend_chunk(layer_index, chunk, row, kv);
+        row += int64_t(chunk.step.tokens.size());
+    }
+
+    matmul(attn_out_.data(), layer.wo.data(), delta_.data(), num_tokens, config_.q_dim(), dim);
+    add_inplace(x_.data(), delta_.data(), num_tokens * dim);
+}
+
+void ModelRunner::attend_chunk(int64_t layer_index, const SequenceChunk& chunk, int64_t row,
+                               KvTarget kv) {
+    const StepInput& step = chunk.step;
+    const int64_t num_tokens = int64_t(step.tokens.size());
+    const float* q = q_.data() + row * config_.q_dim();
+    const float* k = k_.data() + row * config_.kv_dim();
+    const float* v = v_.data() + row * config_.kv_dim();
+    float* out = attn_out_.data() + row * config_.q_dim();
     if (kv.contiguous != nullptr) {
-        attend_with_cache(*kv.contiguous, layer_index, step.start_position, num_tokens, q_.data(),
-                          k_.data(), v_.data(), attn_out_.data(), config_);
+        attend_with_cache(*kv.contiguous, layer_index, step.start_position, num_tokens, q, k, v,
+                          out, config_);
     } else if (kv.paged != nullptr) {
         // Lab 4: store this step's keys and values in the table's blocks,
         // then attend over every token the table maps.
-        kv.paged->write(layer_index, *kv.table, step.start_position, k_.data(), v_.data(),
-                        num_tokens);
+        kv.paged->write(layer_index, *chunk.table, step.start_position, k, v, num_tokens);
         const AttentionShape shape{num_tokens, step.start_position + num_tokens, config_.num_heads,
                                    config_.num_kv_heads, config_.head_dim};
-        paged_attention(q_.data(), kv.paged->keys(layer_index), kv.paged->values(layer_index),
-                        kv.table->blocks().data(), kv.paged->block_size(), attn_out_.data(), shape);
+        paged_attention(q, kv.paged->keys(layer_index), kv.paged->values(layer_index),
+                        chunk.table->blocks().data(), kv.paged->block_size(), out, shape);
     } else {
         // Without a cache the keys and values are exactly this step's: the
         // whole sequence, recomputed every step (Lab 1).
         const AttentionShape shape{num_tokens, num_tokens, config_.num_heads, config_.num_kv_heads,
                                    config_.head_dim};
-        attention_causal(q_.data(), k_.data(), v_.data(), attn_out_.data(), shape);
+        attention_causal(q, k, v, out, shape);
     }
-
-    matmul(attn_out_.data(), layer.wo.data(), delta_.data(), num_tokens, config_.q_dim(), dim);
-    add_inplace(x_.data(), delta_.data(), num_tokens * dim);
 }
 
 // DeepSeek-V2 attention. Per head, queries are [q_nope | q_pe]; the layer

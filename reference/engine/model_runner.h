@@ -50,6 +50,14 @@ struct StepInput {
     LogitsFor logits_for = LogitsFor::kLastToken;
 };
 
+// One sequence's share of a batched step (Lab 5, continuous batching): the
+// tokens it computes this step (a prefill chunk, or one decode token) and
+// the block table whose slots for them are already reserved.
+struct SequenceChunk {
+    StepInput step;
+    const BlockTable* table = nullptr;
+};
+
 // How MLA layers read the latent cache (both give the same logits).
 enum class MlaMode { kAbsorbed, kNaive };
 
@@ -69,6 +77,14 @@ class ModelRunner {
     // reserved in `table` (the step ends at table.num_tokens()); its keys and
     // values are written to the blocks the table names.
     std::vector<float> forward(const StepInput& step, PagedKvCache& cache, const BlockTable& table);
+    // One forward pass over chunks of several sequences at once (Lab 5). The
+    // projections and the MLP run once over every token of the step — one
+    // matmul per weight matrix for the whole batch, which is what batching
+    // buys — and attention runs per sequence, through its block table. Each
+    // chunk must end at its table's num_tokens(); no two chunks may share a
+    // table. Logits: for each chunk in order, the row of its last token
+    // (kLastToken) or of each of its tokens (kAllTokens).
+    std::vector<float> forward_batch(std::span<const SequenceChunk> chunks, PagedKvCache& cache);
 
     // Tokens pushed through the layers so far, over all steps: the prefill
     // work a prefix-cache hit saves shows up here (Lab 4).
@@ -76,17 +92,20 @@ class ModelRunner {
 
   private:
     // Where a step's keys and values go: nowhere (Lab 1), a contiguous cache
-    // (Lab 2) or a paged one (Lab 4). At most one is set.
+    // (Lab 2) or a paged one (Lab 4, the chunks' block tables). At most one
+    // is set; without the paged cache there is exactly one chunk.
     struct KvTarget {
         KvCache* contiguous = nullptr;
         PagedKvCache* paged = nullptr;
-        const BlockTable* table = nullptr;
     };
-    std::vector<float> run_layers(const StepInput& step, KvTarget kv);
+    std::vector<float> run_layers(std::span<const SequenceChunk> chunks, KvTarget kv);
     void check_step(const StepInput& step) const;
     void check_cache(const StepInput& step, const KvCache* cache) const;
     void resize_buffers(int64_t num_tokens);
-    void attention_block(int64_t layer_index, const StepInput& step, KvTarget kv);
+    void attention_block(int64_t layer_index, std::span<const SequenceChunk> chunks, KvTarget kv);
+    // Attention of one chunk, whose tokens are rows [row, row + n) of the step.
+    void attend_chunk(int64_t layer_index, const SequenceChunk& chunk, int64_t row, KvTarget kv);
+    std::vector<float> logits_of(std::span<const SequenceChunk> chunks);
     void mla_attention_block(int64_t layer_index, const StepInput& step, KvCache& cache);
     void mlp_block(const LayerWeights& layer, int64_t num_tokens);
 

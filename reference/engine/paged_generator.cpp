@@ -89,24 +89,50 @@ std::vector<float> prefill(ModelRunner& runner, KvBlockManager& kv, PagedSequenc
     }
 }
 
-// One decode step of one completion: a slot for its newest token, a forward
-// pass over that token, the next token sampled. Returns the streamable text.
-std::string decode_step(ModelRunner& runner, KvBlockManager& kv, Completion& c,
-                        int64_t context_length, Clock::time_point start) {
-    const auto step_start = Clock::now();
-    if (!kv.reserve(c.kv, 1)) {
-        c.result.out_of_kv_blocks = true;
-        std::string held_back = c.stop.finish();
-        finish(c, FinishReason::kLength, start);
-        return held_back;
+// One decode round: every unfinished completion computes its newest token,
+// all of them in ONE batched forward pass (the weights are read once for the
+// round, not once per completion), then each samples its next token. A
+// completion the pool has no block for ends here with reason "length".
+// Returns whether any completion is still running.
+bool decode_round(ModelRunner& runner, KvBlockManager& kv, std::vector<Completion>& completions,
+                  int64_t context_length, Clock::time_point start, const TokenCallback& on_token) {
+    const auto round_start = Clock::now();
+    std::vector<SequenceChunk> chunks;
+    std::vector<size_t> in_round;  // which completion each chunk is
+    for (size_t i = 0; i < completions.size(); ++i) {
+        Completion& c = completions[i];
+        if (c.finished) continue;
+        if (!kv.reserve(c.kv, 1)) {
+            c.result.out_of_kv_blocks = true;
+            const std::string held_back = c.stop.finish();
+            finish(c, FinishReason::kLength, start);
+            kv.finish(c.kv);
+            if (i == 0 && on_token) on_token(c.result.tokens.back(), held_back);
+            continue;
+        }
+        const int64_t position = int64_t(c.sequence.size()) - 1;
+        chunks.push_back(
+            {StepInput{std::span(c.sequence).subspan(size_t(position)), position}, &c.kv.table});
+        in_round.push_back(i);
     }
-    const int64_t position = int64_t(c.sequence.size()) - 1;
-    const StepInput step{std::span(c.sequence).subspan(size_t(position)), position};
-    std::vector<float> logits = runner.forward(step, kv.cache(), c.kv.table);
-    kv.commit(c.kv, c.sequence);
-    const TokenId token = c.sampler.sample(logits, c.sequence);
-    c.result.timings.step_latency_ms.push_back(elapsed_ms(step_start));
-    return accept_token(c, token, context_length, start);
+    if (chunks.empty()) return false;
+
+    std::vector<float> logits = runner.forward_batch(chunks, kv.cache());
+    const double round_ms = elapsed_ms(round_start);
+    const size_t vocab_size = logits.size() / chunks.size();
+    bool any_running = false;
+    for (size_t r = 0; r < in_round.size(); ++r) {
+        Completion& c = completions[in_round[r]];
+        kv.commit(c.kv, c.sequence);
+        const TokenId token =
+            c.sampler.sample(std::span(logits).subspan(r * vocab_size, vocab_size), c.sequence);
+        c.result.timings.step_latency_ms.push_back(round_ms);
+        const std::string piece = accept_token(c, token, context_length, start);
+        if (in_round[r] == 0 && on_token) on_token(token, piece);
+        if (c.finished) kv.finish(c.kv);  // its full blocks stay in the prefix cache
+        any_running = any_running || !c.finished;
+    }
+    return any_running;
 }
 
 }  // namespace
@@ -154,19 +180,8 @@ std::vector<GenerationResult> generate_paged(ModelRunner& runner, const ModelCon
             if (i == 0 && on_token) on_token(token, piece);
             if (c.finished) kv.finish(c.kv);
         }
-        // Decode: one token per unfinished completion per round. A finished
-        // completion's blocks go back at once (its full blocks stay cached).
-        bool any_running = true;
-        while (any_running) {
-            any_running = false;
-            for (size_t i = 0; i < completions.size(); ++i) {
-                Completion& c = completions[i];
-                if (c.finished) continue;
-                const std::string piece = decode_step(runner, kv, c, config.context_length, start);
-                if (i == 0 && on_token) on_token(c.result.tokens.back(), piece);
-                if (c.finished) kv.finish(c.kv);
-                any_running = any_running || !c.finished;
-            }
+        // Decode, one batched round at a time, until every completion is done.
+        while (decode_round(runner, kv, completions, config.context_length, start, on_token)) {
         }
     } catch (...) {
         for (Completion& c : completions) kv.finish(c.kv);

@@ -10,8 +10,11 @@
 //     the shared, partly filled last block copies it (copy-on-write);
 //   - each completion takes blocks only as it grows, and gives them back
 //     when it finishes (full blocks stay in the prefix cache).
-// Completions are decoded in turn, one token each per round; batching them
-// into one forward pass is continuous batching (Lab 5).
+// Each decode round computes one token of every unfinished completion in
+// ONE batched forward pass (ModelRunner::forward_batch): the n completions
+// share the weights' memory traffic as well as the prompt's blocks. Mixing
+// many requests, arriving and leaving at any step, is continuous batching
+// (Lab 5).
 #pragma once
 
 #include <span>

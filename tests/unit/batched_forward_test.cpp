@@ -1,0 +1,168 @@
+// batched_forward_test.cpp — Lab 5 groundwork: one forward pass over many sequences.
+//
+// ModelRunner::forward_batch runs the projections and the MLP once over the
+// tokens of every sequence in the step and attention per sequence, through
+// each one's block table. Batching must not change any sequence's numbers:
+// each chunk's logits must equal what a forward pass of that sequence alone
+// gives, whether the step mixes whole prompts, prefill chunks and decode
+// tokens, and greedy decoding of a batch must give each sequence the tokens
+// it gets alone.
+#include <gtest/gtest.h>
+
+#include "reference/common/error.h"
+#include "reference/engine/generator.h"
+#include "reference/kv/kv_block_manager.h"
+#include "reference/model/model.h"
+#include "reference/model/tiny_model.h"
+#include "reference/sampling/sampling_filters.h"
+#include "tests/unit/test_util.h"
+
+namespace servelab {
+namespace {
+
+using test::RandomSource;
+
+class BatchedForward : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        bytes_ = make_tiny_model({.seed = random_.seed(),
+                                  .num_heads = 4,
+                                  .num_kv_heads = int64_t(1) << random_.integer(0, 2),
+                                  .context_length = 256});
+        model_ = std::make_unique<Model>(Model::from_gguf(GgufFile::parse(bytes_)));
+        runner_ = std::make_unique<ModelRunner>(model_->config, model_->weights);
+    }
+    std::vector<TokenId> random_prompt(int64_t length) {
+        std::vector<TokenId> prompt;
+        for (int64_t i = 0; i < length; ++i) {
+            prompt.push_back(TokenId(random_.integer(0, model_->config.vocab_size - 1)));
+        }
+        return prompt;
+    }
+    // The logits of the last token of `tokens`, computed alone from scratch.
+    std::vector<float> alone(std::span<const TokenId> tokens) {
+        return runner_->forward({tokens, 0});
+    }
+
+    RandomSource random_;
+    std::vector<uint8_t> bytes_;
+    std::unique_ptr<Model> model_;
+    std::unique_ptr<ModelRunner> runner_;
+};
+
+TEST_F(BatchedForward, MixedPrefillChunksAndDecodeTokensEqualEachSequenceAlone) {
+    SCOPED_TRACE(random_.trace());
+    const int64_t vocab = model_->config.vocab_size;
+    PagedKvCache pool(model_->config, 256, random_.integer(1, 8));
+    KvBlockManager kv(pool, false);
+    const int num_sequences = 6;
+    std::vector<std::vector<TokenId>> tokens;  // each sequence's tokens so far
+    std::vector<PagedSequence> sequences;
+    for (int i = 0; i < num_sequences; ++i) {
+        tokens.push_back(random_prompt(random_.integer(1, 30)));
+        sequences.push_back(kv.start(tokens.back()));
+    }
+    // Several steps; in each, every sequence computes a random number of its
+    // uncomputed tokens (a prefill chunk) or, once caught up, one new token.
+    for (int step = 0; step < 8; ++step) {
+        std::vector<SequenceChunk> chunks;
+        std::vector<int> in_step;
+        for (int i = 0; i < num_sequences; ++i) {
+            PagedSequence& s = sequences[size_t(i)];
+            if (s.num_computed_tokens == int64_t(tokens[size_t(i)].size())) {
+                tokens[size_t(i)].push_back(TokenId(random_.integer(0, vocab - 1)));
+            }
+            const int64_t remaining = int64_t(tokens[size_t(i)].size()) - s.num_computed_tokens;
+            const int64_t count = random_.integer(1, remaining);
+            if (random_.integer(0, 3) == 0) continue;  // not scheduled this step
+            ASSERT_TRUE(kv.reserve(s, count));
+            const std::span<const TokenId> all(tokens[size_t(i)]);
+            chunks.push_back({StepInput{all.subspan(size_t(s.num_computed_tokens), size_t(count)),
+                                        s.num_computed_tokens},
+                              &s.table});
+            in_step.push_back(i);
+        }
+        if (chunks.empty()) continue;
+        const std::vector<float> logits = runner_->forward_batch(chunks, pool);
+        ASSERT_EQ(logits.size(), chunks.size() * size_t(vocab));
+        for (size_t c = 0; c < chunks.size(); ++c) {
+            PagedSequence& s = sequences[size_t(in_step[c])];
+            const int64_t end = s.table.num_tokens();
+            kv.commit(s, tokens[size_t(in_step[c])]);
+            const std::vector<float> expected =
+                alone(std::span(tokens[size_t(in_step[c])]).first(size_t(end)));
+            const std::vector<float> got(logits.begin() + int64_t(c) * vocab,
+                                         logits.begin() + int64_t(c + 1) * vocab);
+            EXPECT_LE(test::max_relative_error(got, expected), 1e-5)
+                << "step " << step << ", sequence " << in_step[c] << " at " << end;
+        }
+    }
+    for (PagedSequence& s : sequences) kv.finish(s);
+    EXPECT_EQ(pool.allocator().num_free(), pool.num_blocks());
+}
+
+TEST_F(BatchedForward, GreedyDecodingOfABatchGivesEachSequenceItsOwnTokens) {
+    SCOPED_TRACE(random_.trace());
+    PagedKvCache pool(model_->config, 512, 16);
+    KvBlockManager kv(pool, false);
+    const int num_sequences = 8;
+    const int32_t gen_tokens = 12;
+    std::vector<std::vector<TokenId>> tokens;
+    std::vector<PagedSequence> sequences;
+    for (int i = 0; i < num_sequences; ++i) {
+        tokens.push_back(random_prompt(random_.integer(1, 40)));
+        sequences.push_back(kv.start(tokens.back()));
+    }
+    for (int32_t n = 0; n < gen_tokens; ++n) {
+        std::vector<SequenceChunk> chunks;
+        for (int i = 0; i < num_sequences; ++i) {
+            PagedSequence& s = sequences[size_t(i)];
+            const int64_t count = int64_t(tokens[size_t(i)].size()) - s.num_computed_tokens;
+            ASSERT_TRUE(kv.reserve(s, count));
+            chunks.push_back(
+                {StepInput{std::span(tokens[size_t(i)]).subspan(size_t(s.num_computed_tokens)),
+                           s.num_computed_tokens},
+                 &s.table});
+        }
+        const std::vector<float> logits = runner_->forward_batch(chunks, pool);
+        for (int i = 0; i < num_sequences; ++i) {
+            kv.commit(sequences[size_t(i)], tokens[size_t(i)]);
+            const float* row = logits.data() + int64_t(i) * model_->config.vocab_size;
+            tokens[size_t(i)].push_back(argmax(std::span(row, size_t(model_->config.vocab_size))));
+        }
+    }
+    SamplingParams greedy;
+    greedy.max_tokens = gen_tokens;
+    greedy.ignore_eos = true;
+    for (int i = 0; i < num_sequences; ++i) {
+        const std::span<const TokenId> all(tokens[size_t(i)]);
+        const std::span<const TokenId> prompt = all.first(all.size() - size_t(gen_tokens));
+        KvCache cache(model_->config, model_->config.context_length);
+        const GenerationResult expected =
+            generate(*runner_, model_->config, model_->tokenizer, prompt, greedy, {}, &cache);
+        EXPECT_EQ(std::vector<TokenId>(all.begin() + int64_t(prompt.size()), all.end()),
+                  expected.tokens)
+            << "sequence " << i;
+        kv.finish(sequences[size_t(i)]);
+    }
+}
+
+TEST_F(BatchedForward, RejectsAnEmptyBatchAndUnreservedSlots) {
+    PagedKvCache pool(model_->config, 16, 4);
+    KvBlockManager kv(pool, false);
+    EXPECT_THROW(runner_->forward_batch({}, pool), Error);
+    const std::vector<TokenId> prompt = random_prompt(5);
+    PagedSequence s = kv.start(prompt);
+    ASSERT_TRUE(kv.reserve(s, 4));  // one slot short
+    const SequenceChunk chunk{StepInput{prompt, 0}, &s.table};
+    EXPECT_NE(test::error_of([&] {
+                  runner_->forward_batch(std::span(&chunk, 1), pool);
+              }).find("slots reserved"),
+              std::string::npos);
+    const SequenceChunk no_table{StepInput{prompt, 0}, nullptr};
+    EXPECT_THROW(runner_->forward_batch(std::span(&no_table, 1), pool), Error);
+    kv.finish(s);
+}
+
+}  // namespace
+}  // namespace servelab
