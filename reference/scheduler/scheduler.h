@@ -1,0 +1,89 @@
+// scheduler.h — iteration-level scheduling: which requests compute which tokens this step.
+//
+// Lab 5 (chapter 11.5, continuous batching; Orca, Yu et al., 2022; vLLM's
+// scheduler). Every step the scheduler builds a batch under two limits, a
+// token budget (max_num_batched_tokens) and a sequence cap (max_num_seqs):
+//   1. running requests first, oldest first: one decode token each, or the
+//      next chunk of a prompt still being prefilled;
+//   2. then waiting requests, while the budget, the cap and free KV blocks
+//      allow: each starts with its prefix-cache hits and computes as much of
+//      its prompt as the budget leaves (chunked prefill).
+// A finished request leaves at once (the engine calls finish), so the next
+// step's batch can take a new one: the batch is re-formed every iteration.
+//
+// When a running request needs a block and none is free, the scheduler
+// preempts by recompute: the victim's blocks are freed, it keeps its tokens
+// and goes back to the front of the waiting queue, and later recomputes
+// them (cheaply, where the prefix cache still holds its full blocks). The
+// victim is the most recently admitted request (FCFS) or the one with the
+// lowest priority, newest first (priority policy). So the oldest running
+// request (FCFS), or the most urgent one (priority), is never preempted and
+// always advances: the schedule cannot thrash into no progress. And add()
+// refuses any request the whole pool could not hold, so a request running
+// alone always fits.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "reference/kv/kv_block_manager.h"
+#include "reference/scheduler/request.h"
+
+namespace servelab {
+
+enum class SchedulingPolicy { kFcfs, kPriority };
+
+struct SchedulerConfig {
+    int64_t max_num_batched_tokens = 512;  // tokens computed per step, all requests together
+    int64_t max_num_seqs = 64;             // requests running at once
+    SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+    bool chunked_prefill = true;  // false: a prompt is admitted only if it fits one step whole
+};
+
+// `request` computes tokens [kv.num_computed_tokens, + num_tokens) this step;
+// their slots are reserved.
+struct ScheduledChunk {
+    Request* request = nullptr;
+    int64_t num_tokens = 0;
+};
+
+struct SchedulerOutput {
+    std::vector<ScheduledChunk> chunks;  // running requests first, then newly admitted ones
+    std::vector<Request*> preempted;     // sent back to waiting this step
+    int64_t num_batched_tokens = 0;
+};
+
+class Scheduler {
+  public:
+    // `kv` must outlive the scheduler; `context_length` caps every request.
+    Scheduler(KvBlockManager& kv, const SchedulerConfig& config, int64_t context_length);
+
+    // Queues a request (which must outlive its time in the scheduler).
+    // Throws servelab::Error for one that could never run: an empty prompt,
+    // a prompt that leaves no room in the context, or a longest possible
+    // length (prompt + max_tokens, capped at the context) the whole pool
+    // cannot hold — such a request would wait, or preempt itself, forever.
+    void add(Request& request);
+    SchedulerOutput schedule();
+    // The request is done (or cancelled): its blocks go back, it leaves.
+    void finish(Request& request);
+
+    int64_t num_waiting() const { return int64_t(waiting_.size()); }
+    int64_t num_running() const { return int64_t(running_.size()); }
+
+  private:
+    void schedule_running(Request& request, int64_t& budget, SchedulerOutput& out);
+    void admit_waiting(int64_t& budget, SchedulerOutput& out);
+    Request* pick_victim();
+    void preempt(Request& victim, int64_t& budget, SchedulerOutput& out);
+    std::deque<Request*>::iterator next_waiting();
+
+    KvBlockManager& kv_;
+    SchedulerConfig config_;
+    int64_t context_length_;
+    std::deque<Request*> waiting_;
+    std::vector<Request*> running_;  // in admission order
+};
+
+}  // namespace servelab
