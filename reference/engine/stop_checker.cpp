@@ -6,7 +6,15 @@
 namespace servelab {
 
 const char* finish_reason_name(FinishReason reason) {
-    return reason == FinishReason::kStop ? "stop" : "length";
+    switch (reason) {
+        case FinishReason::kStop:
+            return "stop";
+        case FinishReason::kLength:
+            return "length";
+        case FinishReason::kCancelled:
+            return "cancelled";
+    }
+    return "?";
 }
 
 StopChecker::StopChecker(const Tokenizer& tokenizer, const SamplingParams& params)

@@ -14,8 +14,10 @@
 
 namespace servelab {
 
-enum class FinishReason { kStop, kLength };
-const char* finish_reason_name(FinishReason reason);  // "stop" / "length" (OpenAI's names)
+// kCancelled: the caller cancelled the request (Engine::cancel, Lab 5).
+enum class FinishReason { kStop, kLength, kCancelled };
+// "stop" / "length" (OpenAI's names) / "cancelled"
+const char* finish_reason_name(FinishReason reason);
 
 class StopChecker {
   public:

@@ -1,0 +1,164 @@
+// engine_test.cpp — Lab 5 groundwork: the many-request engine.
+//
+// Requests added together and stepped as one continuously batched engine —
+// with a pool small enough to force preemption — must each produce exactly
+// what they produce alone, stream text that adds up to their final text,
+// and give back every block when they finish or are cancelled.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "reference/common/error.h"
+#include "reference/engine/engine.h"
+#include "reference/model/tiny_model.h"
+#include "tests/unit/test_util.h"
+
+namespace servelab {
+namespace {
+
+using test::RandomSource;
+
+class EngineTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        bytes_ = make_tiny_model({.seed = random_.seed(), .context_length = 128});
+        model_ = std::make_unique<Model>(Model::from_gguf(GgufFile::parse(bytes_)));
+        runner_ = std::make_unique<ModelRunner>(model_->config, model_->weights);
+    }
+    std::vector<TokenId> random_prompt(int64_t length) {
+        std::vector<TokenId> prompt;
+        for (int64_t i = 0; i < length; ++i) {
+            prompt.push_back(TokenId(random_.integer(0, model_->config.vocab_size - 1)));
+        }
+        return prompt;
+    }
+    GenerationResult solo(std::span<const TokenId> prompt, const SamplingParams& params) {
+        KvCache cache(model_->config, model_->config.context_length);
+        return servelab::generate(*runner_, model_->config, model_->tokenizer, prompt, params, {},
+                                  &cache);
+    }
+    static int64_t free_after_evicting(Engine& engine) {
+        if (const PrefixCache* cache = engine.kv().prefix_cache()) {
+            while (const_cast<PrefixCache*>(cache)->evict_one()) {
+            }
+        }
+        return engine.kv().cache().allocator().num_free();
+    }
+
+    RandomSource random_;
+    std::vector<uint8_t> bytes_;
+    std::unique_ptr<Model> model_;
+    std::unique_ptr<ModelRunner> runner_;
+};
+
+TEST_F(EngineTest, EveryRequestEqualsItsSoloRunAndStreamsItsText) {
+    SCOPED_TRACE(random_.trace());
+    EngineConfig config;
+    config.num_kv_blocks = 40;  // 160 slots for 16 requests of up to 52 tokens
+    config.block_size = 4;
+    config.scheduler.max_num_batched_tokens = 40;
+    Engine engine(*model_, *runner_, config);
+    std::map<int64_t, std::vector<TokenId>> prompts;
+    std::map<int64_t, SamplingParams> params_of;
+    std::map<int64_t, std::string> streamed;
+    const std::vector<TokenId> shared = random_prompt(12);
+    for (int i = 0; i < 16; ++i) {
+        std::vector<TokenId> prompt = i % 3 == 0 ? shared : std::vector<TokenId>{};
+        for (TokenId t : random_prompt(random_.integer(1, 24))) prompt.push_back(t);
+        SamplingParams params;
+        params.max_tokens = int32_t(random_.integer(1, 16));
+        params.ignore_eos = true;
+        if (i % 2) {
+            params.temperature = 0.9f;
+            params.seed = uint64_t(random_.integer(0, 1 << 30));
+        }
+        const int64_t id = engine.add_request(
+            prompt, params, 0,
+            [&streamed, i](TokenId, const std::string& piece) { streamed[i] += piece; });
+        ASSERT_EQ(id, i);
+        prompts[id] = prompt;
+        params_of[id] = params;
+    }
+    std::map<int64_t, GenerationResult> results;
+    int64_t preempted = 0;
+    for (int step = 0; engine.has_unfinished(); ++step) {
+        ASSERT_LT(step, 10'000) << "no progress";
+        StepOutput out = engine.step();
+        preempted += out.num_preempted;
+        EXPECT_LE(out.num_batched_tokens, 40);
+        for (FinishedRequest& f : out.finished) results[f.request_id] = std::move(f.result);
+    }
+    ASSERT_EQ(results.size(), 16u);
+    for (const auto& [id, result] : results) {
+        const GenerationResult expected = solo(prompts[id], params_of[id]);
+        EXPECT_EQ(result.tokens, expected.tokens) << "request " << id;
+        EXPECT_EQ(result.text, expected.text) << "request " << id;
+        EXPECT_EQ(streamed[id], result.text) << "request " << id;
+        EXPECT_EQ(result.finish_reason, FinishReason::kLength);
+    }
+    EXPECT_GT(preempted, 0) << "the pool was meant to force preemption";
+    EXPECT_EQ(free_after_evicting(engine), 40);
+}
+
+TEST_F(EngineTest, CancelEndsARequestAndReturnsItsBlocks) {
+    EngineConfig config;
+    config.num_kv_blocks = 32;
+    config.block_size = 4;
+    Engine engine(*model_, *runner_, config);
+    SamplingParams params;
+    params.max_tokens = 50;
+    params.ignore_eos = true;
+    const int64_t keep = engine.add_request(random_prompt(10), params);
+    const int64_t drop = engine.add_request(random_prompt(10), params);
+    engine.step();
+    engine.step();
+    EXPECT_TRUE(engine.cancel(drop));
+    EXPECT_FALSE(engine.cancel(drop));
+    EXPECT_FALSE(engine.cancel(12345));
+    const StepOutput out = engine.step();
+    ASSERT_EQ(out.finished.size(), 1u);
+    EXPECT_EQ(out.finished[0].request_id, drop);
+    EXPECT_EQ(out.finished[0].result.finish_reason, FinishReason::kCancelled);
+    EXPECT_EQ(out.finished[0].result.tokens.size(), 2u);
+    for (const TokenEvent& e : out.tokens) EXPECT_EQ(e.request_id, keep);
+    EXPECT_TRUE(engine.cancel(keep));
+    engine.step();
+    EXPECT_FALSE(engine.has_unfinished());
+    EXPECT_EQ(free_after_evicting(engine), 32);
+}
+
+TEST_F(EngineTest, GenerateRunsABatchAndKeepsItsOrder) {
+    SCOPED_TRACE(random_.trace());
+    Engine engine(*model_, *runner_, EngineConfig{});
+    SamplingParams params;
+    params.max_tokens = 8;
+    params.ignore_eos = true;
+    std::vector<std::vector<TokenId>> prompts;
+    for (int i = 0; i < 5; ++i) prompts.push_back(random_prompt(random_.integer(1, 30)));
+    const std::vector<GenerationResult> results = engine.generate(prompts, params);
+    ASSERT_EQ(results.size(), prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(results[i].prompt_tokens, prompts[i]);
+        EXPECT_EQ(results[i].tokens, solo(prompts[i], params).tokens) << "prompt " << i;
+    }
+}
+
+TEST_F(EngineTest, RejectsRequestsItCouldNeverRun) {
+    EngineConfig config;
+    config.num_kv_blocks = 4;
+    config.block_size = 4;
+    Engine engine(*model_, *runner_, config);
+    SamplingParams params;
+    params.max_tokens = 4;
+    EXPECT_THROW(engine.add_request({}, params), Error);
+    EXPECT_THROW(engine.add_request({TokenId(model_->config.vocab_size)}, params), Error);
+    EXPECT_THROW(engine.add_request(random_prompt(14), params), Error);  // 18 tokens > 16 slots
+    SamplingParams bad = params;
+    bad.temperature = -1.0f;
+    EXPECT_THROW(engine.add_request(random_prompt(4), bad), Error);
+    EXPECT_FALSE(engine.has_unfinished());
+    EXPECT_EQ(engine.add_request(random_prompt(4), params), 0);  // ids are not used up
+}
+
+}  // namespace
+}  // namespace servelab
