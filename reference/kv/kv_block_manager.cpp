@@ -95,6 +95,12 @@ void KvBlockManager::finish(PagedSequence& sequence) {
     sequence.block_hashes.clear();
 }
 
+int64_t KvBlockManager::clear_prefix_cache() {
+    int64_t evicted = 0;
+    while (prefix_cache_ && prefix_cache_->evict_one()) ++evicted;
+    return evicted;
+}
+
 int64_t KvBlockManager::num_available_blocks() const {
     const int64_t evictable = prefix_cache_ ? prefix_cache_->num_evictable() : 0;
     return cache_.allocator().num_free() + evictable;

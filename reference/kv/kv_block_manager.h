@@ -49,6 +49,9 @@ class KvBlockManager {
     PagedKvCache& cache() { return cache_; }
     bool prefix_caching() const { return prefix_cache_.has_value(); }
     const PrefixCache* prefix_cache() const { return prefix_cache_ ? &*prefix_cache_ : nullptr; }
+    PrefixCache* prefix_cache() { return prefix_cache_ ? &*prefix_cache_ : nullptr; }
+    // Evicts every cached block no sequence holds; returns how many.
+    int64_t clear_prefix_cache();
 
     // A sequence for `prompt`, holding the prompt's cached full blocks, if
     // any. At least the prompt's last token is always left to compute: its

@@ -10,44 +10,24 @@
 #include <gtest/gtest.h>
 
 #include "reference/common/error.h"
-#include "reference/engine/generator.h"
 #include "reference/kv/kv_block_manager.h"
-#include "reference/model/model.h"
-#include "reference/model/tiny_model.h"
 #include "reference/sampling/sampling_filters.h"
-#include "tests/unit/test_util.h"
+#include "tests/unit/engine_test_util.h"
 
 namespace servelab {
 namespace {
 
-using test::RandomSource;
-
-class BatchedForward : public ::testing::Test {
+class BatchedForward : public test::TinyModelTest {
   protected:
     void SetUp() override {
-        bytes_ = make_tiny_model({.seed = random_.seed(),
-                                  .num_heads = 4,
-                                  .num_kv_heads = int64_t(1) << random_.integer(0, 2),
-                                  .context_length = 256});
-        model_ = std::make_unique<Model>(Model::from_gguf(GgufFile::parse(bytes_)));
-        runner_ = std::make_unique<ModelRunner>(model_->config, model_->weights);
-    }
-    std::vector<TokenId> random_prompt(int64_t length) {
-        std::vector<TokenId> prompt;
-        for (int64_t i = 0; i < length; ++i) {
-            prompt.push_back(TokenId(random_.integer(0, model_->config.vocab_size - 1)));
-        }
-        return prompt;
+        load_tiny_model({.num_heads = 4,
+                         .num_kv_heads = int64_t(1) << random_.integer(0, 2),
+                         .context_length = 256});
     }
     // The logits of the last token of `tokens`, computed alone from scratch.
     std::vector<float> alone(std::span<const TokenId> tokens) {
         return runner_->forward({tokens, 0});
     }
-
-    RandomSource random_;
-    std::vector<uint8_t> bytes_;
-    std::unique_ptr<Model> model_;
-    std::unique_ptr<ModelRunner> runner_;
 };
 
 TEST_F(BatchedForward, MixedPrefillChunksAndDecodeTokensEqualEachSequenceAlone) {
@@ -137,9 +117,7 @@ TEST_F(BatchedForward, GreedyDecodingOfABatchGivesEachSequenceItsOwnTokens) {
     for (int i = 0; i < num_sequences; ++i) {
         const std::span<const TokenId> all(tokens[size_t(i)]);
         const std::span<const TokenId> prompt = all.first(all.size() - size_t(gen_tokens));
-        KvCache cache(model_->config, model_->config.context_length);
-        const GenerationResult expected =
-            generate(*runner_, model_->config, model_->tokenizer, prompt, greedy, {}, &cache);
+        const GenerationResult expected = solo(prompt, greedy);
         EXPECT_EQ(std::vector<TokenId>(all.begin() + int64_t(prompt.size()), all.end()),
                   expected.tokens)
             << "sequence " << i;

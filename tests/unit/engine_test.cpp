@@ -10,45 +10,18 @@
 
 #include "reference/common/error.h"
 #include "reference/engine/engine.h"
-#include "reference/model/tiny_model.h"
-#include "tests/unit/test_util.h"
+#include "tests/unit/engine_test_util.h"
 
 namespace servelab {
 namespace {
 
-using test::RandomSource;
-
-class EngineTest : public ::testing::Test {
+class EngineTest : public test::TinyModelTest {
   protected:
-    void SetUp() override {
-        bytes_ = make_tiny_model({.seed = random_.seed(), .context_length = 128});
-        model_ = std::make_unique<Model>(Model::from_gguf(GgufFile::parse(bytes_)));
-        runner_ = std::make_unique<ModelRunner>(model_->config, model_->weights);
-    }
-    std::vector<TokenId> random_prompt(int64_t length) {
-        std::vector<TokenId> prompt;
-        for (int64_t i = 0; i < length; ++i) {
-            prompt.push_back(TokenId(random_.integer(0, model_->config.vocab_size - 1)));
-        }
-        return prompt;
-    }
-    GenerationResult solo(std::span<const TokenId> prompt, const SamplingParams& params) {
-        KvCache cache(model_->config, model_->config.context_length);
-        return servelab::generate(*runner_, model_->config, model_->tokenizer, prompt, params, {},
-                                  &cache);
-    }
+    void SetUp() override { load_tiny_model({.context_length = 128}); }
     static int64_t free_after_evicting(Engine& engine) {
-        if (const PrefixCache* cache = engine.kv().prefix_cache()) {
-            while (const_cast<PrefixCache*>(cache)->evict_one()) {
-            }
-        }
+        engine.kv().clear_prefix_cache();
         return engine.kv().cache().allocator().num_free();
     }
-
-    RandomSource random_;
-    std::vector<uint8_t> bytes_;
-    std::unique_ptr<Model> model_;
-    std::unique_ptr<ModelRunner> runner_;
 };
 
 TEST_F(EngineTest, EveryRequestEqualsItsSoloRunAndStreamsItsText) {

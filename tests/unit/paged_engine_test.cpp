@@ -8,37 +8,21 @@
 #include <gtest/gtest.h>
 
 #include "reference/common/error.h"
-#include "reference/engine/generator.h"
 #include "reference/engine/paged_generator.h"
-#include "reference/model/model.h"
-#include "reference/model/tiny_model.h"
-#include "tests/unit/test_util.h"
+#include "tests/unit/engine_test_util.h"
 
 namespace servelab {
 namespace {
 
-using test::RandomSource;
-
-class PagedEngine : public ::testing::Test {
+class PagedEngine : public test::TinyModelTest {
   protected:
     void SetUp() override {
-        bytes_ = make_tiny_model({.seed = random_.seed(),
-                                  .num_heads = 4,
-                                  .num_kv_heads = int64_t(1) << random_.integer(0, 2),
-                                  .context_length = 256});
-        model_ = std::make_unique<Model>(Model::from_gguf(GgufFile::parse(bytes_)));
-        runner_ = std::make_unique<ModelRunner>(model_->config, model_->weights);
-    }
-    std::vector<TokenId> random_prompt(int64_t length) {
-        std::vector<TokenId> prompt;
-        for (int64_t i = 0; i < length; ++i) {
-            prompt.push_back(TokenId(random_.integer(0, model_->config.vocab_size - 1)));
-        }
-        return prompt;
+        load_tiny_model({.num_heads = 4,
+                         .num_kv_heads = int64_t(1) << random_.integer(0, 2),
+                         .context_length = 256});
     }
     GenerationResult contiguous(std::span<const TokenId> prompt, const SamplingParams& params) {
-        KvCache cache(model_->config, model_->config.context_length);
-        return generate(*runner_, model_->config, model_->tokenizer, prompt, params, {}, &cache);
+        return solo(prompt, params);
     }
     std::vector<GenerationResult> paged(std::span<const TokenId> prompt,
                                         const SamplingParams& params, KvBlockManager& kv,
@@ -60,11 +44,6 @@ class PagedEngine : public ::testing::Test {
         params.ignore_eos = true;
         return params;
     }
-
-    RandomSource random_;
-    std::vector<uint8_t> bytes_;
-    std::unique_ptr<Model> model_;
-    std::unique_ptr<ModelRunner> runner_;
 };
 
 TEST_F(PagedEngine, GivesTheContiguousCachesTokensForAnyBlockSize) {

@@ -15,24 +15,13 @@
 #include "reference/common/error.h"
 #include "reference/kv/kv_block_manager.h"
 #include "reference/kv/prefix_cache.h"
-#include "tests/unit/test_util.h"
+#include "tests/unit/engine_test_util.h"
 
 namespace servelab {
 namespace {
 
+using test::one_float_config;
 using test::RandomSource;
-
-// One layer, one KV head of width 1: each slot holds one float per K and V.
-ModelConfig one_float_config() {
-    ModelConfig c;
-    c.num_layers = 1;
-    c.num_heads = 1;
-    c.num_kv_heads = 1;
-    c.head_dim = 1;
-    c.dim = 1;
-    c.context_length = 1 << 20;
-    return c;
-}
 
 // What a model would cache at `position`: depends on every token up to it.
 float prefix_value(std::span<const TokenId> tokens, int64_t position) {
@@ -135,18 +124,17 @@ TEST(PrefixCache, EvictsLeastRecentlyUsedAndARequestsLastBlocksFirst) {
     compute(kv, new_seq, new_prompt);
     const std::vector<BlockId> b = new_seq.table.blocks();
     kv.finish(new_seq);
-    const PrefixCache& cache = *kv.prefix_cache();
+    PrefixCache& cache = *kv.prefix_cache();
     ASSERT_EQ(cache.num_cached_blocks(), 5);
 
     // The older request goes first, and within it the last block first.
-    PrefixCache& mutable_cache = const_cast<PrefixCache&>(cache);
     const std::vector<BlockId> expected_order = {a[2], a[1], a[0], b[1], b[0]};
     for (BlockId block : expected_order) {
         EXPECT_TRUE(cache.contains(block));
-        ASSERT_TRUE(mutable_cache.evict_one());
+        ASSERT_TRUE(cache.evict_one());
         EXPECT_FALSE(cache.contains(block)) << "expected block " << block << " to go next";
     }
-    EXPECT_FALSE(mutable_cache.evict_one());
+    EXPECT_FALSE(cache.evict_one());
     EXPECT_EQ(pool.allocator().num_free(), 8);
 }
 
@@ -270,9 +258,7 @@ TEST(KvBlockManager, RandomRequestsWithPrefixCachingKeepTheInvariants) {
     }
     check_invariants(kv, live, true);
     for (LiveSequence& s : live) kv.finish(s.kv);
-    PrefixCache& cache = const_cast<PrefixCache&>(*kv.prefix_cache());
-    while (cache.evict_one()) {
-    }
+    kv.clear_prefix_cache();
     EXPECT_EQ(pool.allocator().num_free(), pool.allocator().num_blocks()) << "blocks leaked";
     // The mix must have exercised every path: hits, forks, a full pool.
     EXPECT_GT(hit_tokens, 1000);

@@ -16,23 +16,13 @@
 #include "reference/model/tiny_model.h"
 #include "reference/sampling/sampler.h"
 #include "reference/scheduler/scheduler.h"
-#include "tests/unit/test_util.h"
+#include "tests/unit/engine_test_util.h"
 
 namespace servelab {
 namespace {
 
+using test::one_float_config;
 using test::RandomSource;
-
-ModelConfig one_float_config() {
-    ModelConfig c;
-    c.num_layers = 1;
-    c.num_heads = 1;
-    c.num_kv_heads = 1;
-    c.head_dim = 1;
-    c.dim = 1;
-    c.context_length = 4096;
-    return c;
-}
 
 std::unique_ptr<Request> make_request(int64_t id, int64_t prompt_tokens, int32_t max_tokens,
                                       int64_t block_size, int32_t priority = 0) {
@@ -259,9 +249,7 @@ TEST(ContinuousBatching, SixtyFourRequestsEqualTheirSoloRunsDespitePreemption) {
     EXPECT_GT(preemptions, 0) << "the pool was meant to force preemption";
     EXPECT_GT(partial_chunks, 0) << "no prompt was chunked";
     // Every block comes back: only the prefix cache still holds some.
-    PrefixCache& cache = const_cast<PrefixCache&>(*kv.prefix_cache());
-    while (cache.evict_one()) {
-    }
+    kv.clear_prefix_cache();
     EXPECT_EQ(pool.allocator().num_free(), pool.num_blocks());
 }
 
