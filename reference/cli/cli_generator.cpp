@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 
 #include "reference/common/error.h"
-#include "reference/engine/paged_generator.h"
 #include "reference/kv/kv_budget.h"
 
 namespace servelab::cli {
@@ -18,6 +17,7 @@ CliGenerator::CliGenerator(const CacheOptions& options, const Model& model, Mode
         PagedKvCache::blocks_for_budget(model.config, options.block_size, budget);
     pool_ = std::make_unique<PagedKvCache>(model.config, num_blocks, options.block_size);
     manager_ = std::make_unique<KvBlockManager>(*pool_, !options.no_prefix_caching);
+    engine_ = std::make_unique<Engine>(model, runner, *manager_, SchedulerConfig{});
     spdlog::info("KV cache: {}", describe());
 }
 
@@ -35,8 +35,7 @@ std::vector<GenerationResult> CliGenerator::generate(std::span<const TokenId> pr
                                                      int num_completions,
                                                      const TokenCallback& on_token) {
     if (manager_) {
-        return generate_paged(runner_, model_.config, model_.tokenizer, prompt, params,
-                              num_completions, *manager_, on_token);
+        return engine_->generate_parallel(prompt, params, num_completions, on_token);
     }
     if (num_completions < 1) {
         throw servelab::Error(

@@ -2,10 +2,11 @@
 // chose.
 //
 // Part of the CLI (Labs 1-4). generate, chat and bench decode through this:
-//   paged (Lab 4, default where supported): one block pool for the whole
-//     command, sized from --kv-memory, shared by every request it runs, with
-//     the prefix cache on (so a chat's later turns reuse the conversation's
-//     blocks) and n completions sharing their prompt's blocks;
+//   paged (Labs 4-5, default where supported): the Engine over one block
+//     pool for the whole command, sized from --kv-memory, shared by every
+//     request it runs, with the prefix cache on (so a chat's later turns
+//     reuse the conversation's blocks) and n completions sharing their
+//     prompt's blocks, decoded together in one batch;
 //   contiguous (Labs 2-3): a fresh cache per request, sized prompt + max_tokens;
 //   none (--no-kv-cache, Lab 1): naive decoding.
 // Without the paged cache, n > 1 runs the n completions one after another
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "reference/cli/cli_options.h"
+#include "reference/engine/engine.h"
 #include "reference/engine/generator.h"
 #include "reference/kv/kv_block_manager.h"
 
@@ -44,6 +46,7 @@ class CliGenerator {
     ModelRunner& runner_;
     std::unique_ptr<PagedKvCache> pool_;
     std::unique_ptr<KvBlockManager> manager_;
+    std::unique_ptr<Engine> engine_;
 };
 
 }  // namespace servelab::cli

@@ -19,13 +19,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <ctime>
-#include <fstream>
 #include <memory>
 
 #include "reference/cli/cli_generator.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
+#include "reference/cli/machine_info.h"
 #include "reference/common/error.h"
 #include "reference/engine/generator.h"
 
@@ -40,22 +39,6 @@ double median(std::vector<double> values) {
     std::sort(values.begin(), values.end());
     const size_t n = values.size();
     return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-std::string cpu_model_name() {
-    std::ifstream cpuinfo("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(cpuinfo, line)) {
-        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-    }
-    return "unknown";
-}
-
-std::string utc_date() {
-    const std::time_t now = std::time(nullptr);
-    char text[32];
-    std::strftime(text, sizeof text, "%Y-%m-%d", std::gmtime(&now));
-    return text;
 }
 
 // A realistic prompt: English text, tokenized, repeated to the length asked for.
@@ -95,7 +78,9 @@ void add_bench_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_flag("--json", opts->json, "print one JSON object (for scripts and notebooks)");
     cmd->add_option("--repeats", opts->repeats)->check(CLI::Range(1, 1000))->capture_default_str();
-    cmd->callback([opts] {
+    add_bench_throughput_command(*cmd);
+    cmd->callback([opts, cmd] {
+        if (cmd->got_subcommand("throughput")) return;  // that subcommand did the work
         Model model = opts->model.load();
         if (opts->prompt_tokens + opts->gen_tokens > model.config.context_length) {
             throw Error(

@@ -44,9 +44,6 @@ std::string reply(const Model& model, CliGenerator& generator, const SamplingPar
                       })
             .at(0);
     std::printf("\n");
-    if (result.out_of_kv_blocks) {
-        spdlog::warn("the KV block pool ran out mid-reply; raise --kv-memory");
-    }
     spdlog::debug(
         "{} prompt tokens ({} from the prefix cache), {} generated, {:.2f} tok/s, "
         "finish: {}",

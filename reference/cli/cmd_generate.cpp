@@ -31,7 +31,7 @@ nlohmann::json result_to_json(const GenerationResult& result) {
         {"tokens", result.tokens},
         {"finish_reason", finish_reason_name(result.finish_reason)},
         {"cached_prompt_tokens", result.cached_prompt_tokens},
-        {"out_of_kv_blocks", result.out_of_kv_blocks},
+        {"num_preemptions", result.num_preemptions},
         {"timings",
          {{"time_to_first_token_ms", result.timings.first_step_ms},
           {"total_ms", result.timings.total_ms},
@@ -103,14 +103,6 @@ void add_generate_command(CLI::App& app) {
         }
         const std::vector<GenerationResult> results =
             generator.generate(prompt_ids, params, opts->num_completions, stream);
-        for (const GenerationResult& result : results) {
-            if (result.out_of_kv_blocks) {
-                spdlog::warn(
-                    "the KV block pool ran out after {} generated tokens; raise "
-                    "--kv-memory",
-                    result.tokens.size());
-            }
-        }
         if (opts->json) {
             nlohmann::json report = result_to_json(results[0]);
             if (results.size() > 1) {

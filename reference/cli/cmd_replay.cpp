@@ -15,7 +15,6 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
-#include <random>
 
 #include "reference/cli/cli_generator.h"
 #include "reference/cli/cli_options.h"
@@ -24,26 +23,6 @@
 #include "reference/experiments/trace.h"
 
 namespace servelab::cli {
-namespace {
-
-// `count` ids drawn from a generator seeded with `seed`: the same seed gives
-// the same ids, so a prefix group's requests agree on their prefix.
-void append_random_ids(std::vector<TokenId>& ids, uint64_t seed, int64_t count,
-                       int64_t vocab_size) {
-    std::mt19937_64 rng(seed);
-    std::uniform_int_distribution<int64_t> id(0, vocab_size - 1);
-    for (int64_t i = 0; i < count; ++i) ids.push_back(TokenId(id(rng)));
-}
-
-std::vector<TokenId> prompt_for(const TraceRequest& r, int64_t vocab_size) {
-    std::vector<TokenId> ids;
-    append_random_ids(ids, 0x9000 + uint64_t(r.prefix_group), r.prefix_tokens, vocab_size);
-    append_random_ids(ids, (uint64_t(1) << 40) + uint64_t(r.id), r.prompt_tokens - r.prefix_tokens,
-                      vocab_size);
-    return ids;
-}
-
-}  // namespace
 
 void add_replay_command(CLI::App& app) {
     struct Options {
@@ -87,7 +66,7 @@ void add_replay_command(CLI::App& app) {
         const auto start = std::chrono::steady_clock::now();
         for (size_t i = 0; i < trace.size(); ++i) {
             const TraceRequest& r = trace[i];
-            const std::vector<TokenId> prompt = prompt_for(r, model.config.vocab_size);
+            const std::vector<TokenId> prompt = trace_prompt_ids(r, model.config.vocab_size);
             SamplingParams params;
             params.ignore_eos = true;
             params.max_tokens = int32_t(r.output_tokens);

@@ -1,8 +1,8 @@
 // engine.h — the many-request engine: add requests, step, stream, cancel.
 //
-// Lab 5 (chapter 11.5, continuous batching) — groundwork: the API every
-// front end is meant to share (the CLI's generate/chat/bench still use
-// generate() and generate_paged() today). One step is one iteration:
+// Lab 5 (chapter 11.5, continuous batching). Every front end — the CLI's
+// generate, chat and bench commands, `bench throughput`, later the HTTP
+// server — runs requests through this class. One step is one iteration:
 //   Scheduler::schedule   which requests compute which tokens (prefill
 //                         chunks and decode tokens, under a token budget)
 //   ModelRunner::forward_batch   one pass over all of them
@@ -13,8 +13,20 @@
 // Each request owns its Sampler, so its tokens depend only on its own
 // parameters and seed — never on what else shares the batch. The tests hold
 // it to that: every request's output equals its output run alone.
+//
+// Parallel sampling (n completions of one prompt, Lab 4): the first
+// completion is an ordinary request; the other n-1 wait, holding no blocks,
+// until its prompt is computed, then fork its blocks (copy-on-write) and
+// sample their first tokens from the same logits. So the prompt is computed
+// once. Completion i samples with seed + i.
+//
+// Static batching (SchedulerConfig::static_batching, the baseline): a
+// finished request's result is reported at once, but its row stays in the
+// batch — a discarded token computed for it every step — until the batch's
+// last request finishes, as a fixed-shape batch does.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -53,21 +65,41 @@ struct StepOutput {
     std::vector<TokenEvent> tokens;
     std::vector<FinishedRequest> finished;
     int64_t num_batched_tokens = 0;  // computed this step, all requests together
+    int64_t num_prefill_tokens = 0;  // of those, prompt tokens (the rest are decode tokens)
     int64_t num_preempted = 0;
+    int64_t num_running = 0;         // after the step
+    int64_t num_waiting = 0;         // after the step
+    int64_t num_kv_blocks_used = 0;  // held by running requests, after the step
 };
 
 class Engine {
   public:
-    // `model` and `runner` must outlive the engine. Throws servelab::Error
-    // for an MLA model (the paged cache does not hold latents yet).
+    using Clock = std::chrono::steady_clock;
+
+    // An engine with its own block pool, sized by `config`. `model` and
+    // `runner` must outlive the engine. Throws servelab::Error for an MLA
+    // model (the paged cache does not hold latents yet).
     Engine(const Model& model, ModelRunner& runner, const EngineConfig& config);
+    // An engine over a caller's pool, which outlives it (the CLI keeps one
+    // pool, and its prefix cache, for a whole chat).
+    Engine(const Model& model, ModelRunner& runner, KvBlockManager& kv,
+           const SchedulerConfig& scheduler);
     ~Engine();  // defined where Live is complete
 
     // Queues a request; returns its id. `on_token` (optional) is called for
-    // each of its tokens from within step(). Throws servelab::Error (and
-    // queues nothing) for bad parameters or a request that could never run.
+    // each of its tokens from within step(). `arrival` is when the request
+    // arrived (its queue time and latencies count from there; default: now).
+    // Throws servelab::Error (and queues nothing) for bad parameters or a
+    // request that could never run.
     int64_t add_request(std::vector<TokenId> prompt, const SamplingParams& params,
-                        int32_t priority = 0, TokenCallback on_token = {});
+                        int32_t priority = 0, TokenCallback on_token = {},
+                        Clock::time_point arrival = Clock::now());
+    // n completions of one prompt, the prompt computed once; returns their
+    // ids (completion i samples with params.seed + i). `on_token` streams
+    // completion 0.
+    std::vector<int64_t> add_parallel_request(std::vector<TokenId> prompt,
+                                              const SamplingParams& params, int num_completions,
+                                              TokenCallback on_token = {});
     // One iteration. Returns the tokens produced and the requests finished.
     StepOutput step();
     // Ends a request now (finish reason "cancelled"), returning its blocks;
@@ -75,27 +107,52 @@ class Engine {
     // unknown or already finished id.
     bool cancel(int64_t request_id);
     bool has_unfinished() const { return !requests_.empty(); }
+    int64_t num_unfinished() const { return int64_t(requests_.size()); }
 
-    // Blocking helper: runs the prompts together, each with `params`, until
-    // all finish; results in the order given. The engine must be idle.
+    // Blocking helpers, for an idle engine: they run their requests
+    // together until all finish, and return results in the order given.
     std::vector<GenerationResult> generate(const std::vector<std::vector<TokenId>>& prompts,
                                            const SamplingParams& params);
+    std::vector<GenerationResult> generate_parallel(std::span<const TokenId> prompt,
+                                                    const SamplingParams& params,
+                                                    int num_completions,
+                                                    const TokenCallback& on_token = {});
 
     KvBlockManager& kv() { return kv_; }
+    const Scheduler& scheduler() const { return scheduler_; }
 
   private:
     struct Live;  // one request in flight: scheduler state, sampler, stop checker, result
-    // Ends `live` (which is then destroyed) and appends its result to `finished`.
+    std::unique_ptr<Live> make_live(int64_t id, std::vector<TokenId> prompt,
+                                    const SamplingParams& params, int32_t priority,
+                                    TokenCallback on_token, Clock::time_point arrival);
+    // Appends `token` to `live`, streams it, and finishes `live` if it is done.
+    void accept_token(Live& live, TokenId token, Clock::time_point now, StepOutput& out);
+    // The prompt of `parent` is computed: its waiting siblings fork its
+    // blocks and sample their first tokens from `logits`.
+    void fork_siblings(Live& parent, std::span<const float> logits, Clock::time_point now,
+                       StepOutput& out);
+    // Ends `live` and appends its result to `finished`. `live` is then
+    // destroyed, or (static batching) kept as a padding row.
     void finish(Live& live, FinishReason reason, std::vector<FinishedRequest>& finished);
+    // Static batching: a padding row computed a token; give it the next one.
+    void compute_padding_row(Request& row);
+    // Static batching: once no real request of the batch runs, its padding
+    // rows leave and the next batch can be admitted.
+    void release_padding();
+    std::vector<GenerationResult> run_until_done(const std::vector<int64_t>& ids);
 
     const Model& model_;
     ModelRunner& runner_;
-    PagedKvCache pool_;
-    KvBlockManager kv_;
+    std::unique_ptr<PagedKvCache> own_pool_;  // only when the engine owns its pool
+    std::unique_ptr<KvBlockManager> own_kv_;
+    KvBlockManager& kv_;
     Scheduler scheduler_;
     int64_t next_id_ = 0;
+    bool static_batching_;
     std::map<int64_t, std::unique_ptr<Live>> requests_;
-    std::vector<FinishedRequest> cancelled_;  // reported by the next step()
+    std::map<int64_t, std::unique_ptr<Live>> padding_;  // static batching's finished rows
+    std::vector<FinishedRequest> cancelled_;            // reported by the next step()
 };
 
 }  // namespace servelab

@@ -24,9 +24,12 @@
 namespace servelab {
 
 struct GenerationTimings {
-    double first_step_ms = 0.0;           // the prompt's forward pass (time to first token)
-    std::vector<double> step_latency_ms;  // per generated token, by position
-    double total_ms = 0.0;
+    double first_step_ms = 0.0;  // arrival to the first token (time to first token)
+    // Per generated token, by position: the time since the previous token
+    // (for the first, since arrival). The later ones are inter-token latencies.
+    std::vector<double> step_latency_ms;
+    double total_ms = 0.0;  // arrival to the last token (end-to-end latency)
+    double queue_ms = 0.0;  // arrival to the first step that computed it (engine only)
 };
 
 struct GenerationResult {
@@ -35,11 +38,11 @@ struct GenerationResult {
     std::string text;             // decoded output, stop strings excluded
     FinishReason finish_reason = FinishReason::kLength;
     GenerationTimings timings;
-    // Paged cache only (Lab 4): prompt tokens whose keys and values came from
-    // the prefix cache instead of being computed, and whether generation
-    // stopped early because the block pool ran out (finish_reason "length").
+    // Paged engine only (Labs 4-5): prompt tokens whose keys and values came
+    // from the prefix cache when the request was first scheduled, and how
+    // often the scheduler preempted it (each time it recomputed its tokens).
     int64_t cached_prompt_tokens = 0;
-    bool out_of_kv_blocks = false;
+    int64_t num_preemptions = 0;
 };
 
 // Called once per generated token with the text now safe to show (may be

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <random>
 
 #include "reference/common/error.h"
 
@@ -56,6 +57,40 @@ std::vector<TraceRequest> load_trace(const std::string& path) {
     }
     if (requests.empty()) throw Error(fmt::format("trace '{}' holds no requests", path));
     return requests;
+}
+
+namespace {
+
+// `count` ids drawn from a generator seeded with `seed`: the same seed gives
+// the same ids, so a prefix group's requests agree on their prefix.
+void append_random_ids(std::vector<TokenId>& ids, uint64_t seed, int64_t count,
+                       int64_t vocab_size) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int64_t> id(0, vocab_size - 1);
+    for (int64_t i = 0; i < count; ++i) ids.push_back(TokenId(id(rng)));
+}
+
+}  // namespace
+
+std::vector<TokenId> trace_prompt_ids(const TraceRequest& r, int64_t vocab_size) {
+    std::vector<TokenId> ids;
+    append_random_ids(ids, 0x9000 + uint64_t(r.prefix_group), r.prefix_tokens, vocab_size);
+    append_random_ids(ids, (uint64_t(1) << 40) + uint64_t(r.id), r.prompt_tokens - r.prefix_tokens,
+                      vocab_size);
+    return ids;
+}
+
+std::vector<double> poisson_arrivals_s(int64_t count, double rate, uint64_t seed) {
+    std::vector<double> arrivals(size_t(count), 0.0);
+    if (rate <= 0) return arrivals;
+    std::mt19937_64 rng(seed);
+    std::exponential_distribution<double> gap(rate);
+    double t = 0;
+    for (double& arrival : arrivals) {
+        t += gap(rng);
+        arrival = t;
+    }
+    return arrivals;
 }
 
 }  // namespace servelab

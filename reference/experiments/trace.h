@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "reference/model/tokenizer.h"
+
 namespace servelab {
 
 struct TraceRequest {
@@ -25,5 +27,17 @@ struct TraceRequest {
 // bad JSON, missing or non-integer fields, lengths < 1, a prefix longer than
 // the prompt, or an empty trace.
 std::vector<TraceRequest> load_trace(const std::string& path);
+
+// The prompt of a trace request as token ids in [0, vocab_size): random ids
+// from seeds fixed by the request id and, for its shared prefix, by its
+// prefix_group — so requests of one group share their first prefix_tokens
+// ids and every run draws the same prompts. These measure the cache and the
+// work, not the text (generate with ignore_eos to get output_tokens tokens).
+std::vector<TokenId> trace_prompt_ids(const TraceRequest& request, int64_t vocab_size);
+
+// Arrival times in seconds from the start: a Poisson process of `rate`
+// requests/s (exponential gaps, seeded), or all 0 for rate <= 0 (every
+// request at once).
+std::vector<double> poisson_arrivals_s(int64_t count, double rate, uint64_t seed);
 
 }  // namespace servelab

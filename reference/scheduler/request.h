@@ -36,6 +36,9 @@ struct Request {
     PagedSequence kv;             // its blocks; kv.num_computed_tokens is its progress
     RequestStatus status = RequestStatus::kWaiting;
     int64_t num_preemptions = 0;
+    // Static batching only: the request has finished (its result is out) but
+    // its row stays in the batch, computed and discarded, until the batch ends.
+    bool padding = false;
 
     int64_t num_generated() const { return int64_t(tokens.size()) - num_prompt_tokens; }
     // Tokens not computed yet: the rest of the prompt, or the newest token.

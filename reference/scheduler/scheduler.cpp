@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "reference/common/error.h"
 
@@ -48,8 +49,14 @@ SchedulerOutput Scheduler::schedule() {
         if (request->status == RequestStatus::kRunning) schedule_running(*request, budget, out);
     }
     // A step that had to preempt admits nobody: the pool is full.
-    if (out.preempted.empty()) admit_waiting(budget, out);
-    out.num_batched_tokens = config_.max_num_batched_tokens - budget;
+    if (out.preempted.empty()) {
+        if (!config_.static_batching) {
+            admit_waiting(budget, out);
+        } else if (running_.empty()) {  // the last batch is done: the next one, whole
+            admit_waiting(std::numeric_limits<int64_t>::max(), out);
+        }
+    }
+    for (const ScheduledChunk& chunk : out.chunks) out.num_batched_tokens += chunk.num_tokens;
     return out;
 }
 
@@ -65,7 +72,7 @@ void Scheduler::schedule_running(Request& request, int64_t& budget, SchedulerOut
     budget -= num_tokens;
 }
 
-void Scheduler::admit_waiting(int64_t& budget, SchedulerOutput& out) {
+void Scheduler::admit_waiting(int64_t budget, SchedulerOutput& out) {
     while (budget > 0 && !waiting_.empty() && num_running() < config_.max_num_seqs) {
         const auto next = next_waiting();
         Request& request = **next;
@@ -98,6 +105,9 @@ std::deque<Request*>::iterator Scheduler::next_waiting() {
 }
 
 Request* Scheduler::pick_victim() {
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+        if ((*it)->padding) return *it;
+    }
     if (config_.policy == SchedulingPolicy::kFcfs) return running_.back();
     // The lowest priority (largest value); among equals the newest.
     Request* victim = running_.back();
@@ -118,6 +128,10 @@ void Scheduler::preempt(Request& victim, int64_t& budget, SchedulerOutput& out) 
             break;
         }
     }
+    if (victim.padding) {  // finished already: it just leaves the batch
+        victim.status = RequestStatus::kFinished;
+        return;
+    }
     victim.status = RequestStatus::kWaiting;
     ++victim.num_preemptions;
     waiting_.push_front(&victim);
@@ -129,6 +143,11 @@ void Scheduler::finish(Request& request) {
     std::erase(running_, &request);
     std::erase(waiting_, &request);
     request.status = RequestStatus::kFinished;
+}
+
+void Scheduler::add_running(Request& request) {
+    request.status = RequestStatus::kRunning;
+    running_.push_back(&request);
 }
 
 }  // namespace servelab

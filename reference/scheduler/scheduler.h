@@ -16,7 +16,8 @@
 // and goes back to the front of the waiting queue, and later recomputes
 // them (cheaply, where the prefix cache still holds its full blocks). The
 // victim is the most recently admitted request (FCFS) or the one with the
-// lowest priority, newest first (priority policy). So the oldest running
+// lowest priority, newest first (priority policy); a static batch's padding
+// rows go first, and for good (they have finished). So the oldest running
 // request (FCFS), or the most urgent one (priority), is never preempted and
 // always advances: the schedule cannot thrash into no progress. And add()
 // refuses any request the whole pool could not hold, so a request running
@@ -39,6 +40,14 @@ struct SchedulerConfig {
     int64_t max_num_seqs = 64;             // requests running at once
     SchedulingPolicy policy = SchedulingPolicy::kFcfs;
     bool chunked_prefill = true;  // false: a prompt is admitted only if it fits one step whole
+    // The baseline continuous batching is measured against (request-level
+    // batching, as in FasterTransformer or a batched HF generate): a batch is
+    // admitted only when the last one has completely ended, and its prompts
+    // are computed whole in its first step (no token budget). The batch keeps
+    // its shape: a request that finishes stays in it as a padding row
+    // (Request::padding; the engine keeps computing and discarding a token
+    // for it each step) until the slowest request of the batch is done.
+    bool static_batching = false;
 };
 
 // `request` computes tokens [kv.num_computed_tokens, + num_tokens) this step;
@@ -68,13 +77,16 @@ class Scheduler {
     SchedulerOutput schedule();
     // The request is done (or cancelled): its blocks go back, it leaves.
     void finish(Request& request);
+    // Runs `request` from now on without admission: a parallel-sampling
+    // sibling that has just forked a running request's blocks.
+    void add_running(Request& request);
 
     int64_t num_waiting() const { return int64_t(waiting_.size()); }
-    int64_t num_running() const { return int64_t(running_.size()); }
+    int64_t num_running() const { return int64_t(running_.size()); }  // padding rows included
 
   private:
     void schedule_running(Request& request, int64_t& budget, SchedulerOutput& out);
-    void admit_waiting(int64_t& budget, SchedulerOutput& out);
+    void admit_waiting(int64_t budget, SchedulerOutput& out);
     Request* pick_victim();
     void preempt(Request& victim, int64_t& budget, SchedulerOutput& out);
     std::deque<Request*>::iterator next_waiting();

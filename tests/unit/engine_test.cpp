@@ -27,7 +27,7 @@ class EngineTest : public test::TinyModelTest {
 TEST_F(EngineTest, EveryRequestEqualsItsSoloRunAndStreamsItsText) {
     SCOPED_TRACE(random_.trace());
     EngineConfig config;
-    config.num_kv_blocks = 40;  // 160 slots for 16 requests of up to 52 tokens
+    config.num_kv_blocks = 24;  // 96 slots for 16 requests of up to 60 tokens
     config.block_size = 4;
     config.scheduler.max_num_batched_tokens = 40;
     Engine engine(*model_, *runner_, config);
@@ -39,7 +39,7 @@ TEST_F(EngineTest, EveryRequestEqualsItsSoloRunAndStreamsItsText) {
         std::vector<TokenId> prompt = i % 3 == 0 ? shared : std::vector<TokenId>{};
         for (TokenId t : random_prompt(random_.integer(1, 24))) prompt.push_back(t);
         SamplingParams params;
-        params.max_tokens = int32_t(random_.integer(1, 16));
+        params.max_tokens = int32_t(random_.integer(8, 24));
         params.ignore_eos = true;
         if (i % 2) {
             params.temperature = 0.9f;
@@ -70,7 +70,7 @@ TEST_F(EngineTest, EveryRequestEqualsItsSoloRunAndStreamsItsText) {
         EXPECT_EQ(result.finish_reason, FinishReason::kLength);
     }
     EXPECT_GT(preempted, 0) << "the pool was meant to force preemption";
-    EXPECT_EQ(free_after_evicting(engine), 40);
+    EXPECT_EQ(free_after_evicting(engine), 24);
 }
 
 TEST_F(EngineTest, CancelEndsARequestAndReturnsItsBlocks) {
@@ -131,6 +131,93 @@ TEST_F(EngineTest, RejectsRequestsItCouldNeverRun) {
     EXPECT_THROW(engine.add_request(random_prompt(4), bad), Error);
     EXPECT_FALSE(engine.has_unfinished());
     EXPECT_EQ(engine.add_request(random_prompt(4), params), 0);  // ids are not used up
+}
+
+TEST_F(EngineTest, StaticBatchingKeepsTheBatchUntilItsSlowestRequestEnds) {
+    SCOPED_TRACE(random_.trace());
+    EngineConfig config;
+    config.num_kv_blocks = 64;
+    config.block_size = 4;
+    config.scheduler.max_num_seqs = 3;
+    config.scheduler.static_batching = true;
+    Engine engine(*model_, *runner_, config);
+    std::map<int64_t, std::vector<TokenId>> prompts;
+    std::map<int64_t, SamplingParams> params_of;
+    for (int i = 0; i < 7; ++i) {
+        SamplingParams params;
+        params.max_tokens = int32_t(random_.integer(2, 20));
+        params.ignore_eos = true;
+        const std::vector<TokenId> prompt = random_prompt(random_.integer(1, 20));
+        const int64_t id = engine.add_request(prompt, params);
+        prompts[id] = prompt;
+        params_of[id] = params;
+    }
+    // Batches are requests {0,1,2}, {3,4,5}, {6}: each starts when the last
+    // has completely ended, and until then computes one row per member,
+    // finished or not.
+    std::map<int64_t, GenerationResult> results;
+    std::map<int64_t, int64_t> first_step, last_step;
+    for (int64_t step = 0; engine.has_unfinished(); ++step) {
+        ASSERT_LT(step, 1000) << "no progress";
+        StepOutput out = engine.step();
+        for (const TokenEvent& e : out.tokens) {
+            if (!first_step.contains(e.request_id)) first_step[e.request_id] = step;
+            last_step[e.request_id] = step;
+        }
+        const int64_t batch = first_step.empty() ? 0 : std::prev(first_step.end())->first / 3;
+        int64_t batch_size = std::min<int64_t>(3, 7 - 3 * batch);
+        // Every step after the prefill computes exactly one token per row.
+        const bool decode_step = out.num_prefill_tokens == 0;
+        if (decode_step) EXPECT_EQ(out.num_batched_tokens, batch_size) << "step " << step;
+        for (FinishedRequest& f : out.finished) results[f.request_id] = std::move(f.result);
+    }
+    for (int64_t batch_start : {3, 6}) {
+        int64_t previous_end = 0;
+        for (int64_t id = batch_start - 3; id < batch_start; ++id) {
+            previous_end = std::max(previous_end, last_step[id]);
+        }
+        EXPECT_GT(first_step[batch_start], previous_end) << "batch " << batch_start / 3;
+    }
+    ASSERT_EQ(results.size(), 7u);
+    for (const auto& [id, result] : results) {
+        EXPECT_EQ(result.tokens, solo(prompts[id], params_of[id]).tokens) << "request " << id;
+    }
+    EXPECT_EQ(free_after_evicting(engine), 64);
+}
+
+TEST_F(EngineTest, ParallelSamplingSurvivesCancellingEitherSide) {
+    SCOPED_TRACE(random_.trace());
+    EngineConfig config;
+    config.num_kv_blocks = 64;
+    config.block_size = 4;
+    config.scheduler.max_num_batched_tokens = 8;  // the prompt takes several steps
+    Engine engine(*model_, *runner_, config);
+    SamplingParams params;
+    params.max_tokens = 10;
+    params.ignore_eos = true;
+    params.temperature = 0.8f;
+    params.seed = uint64_t(random_.integer(0, 1 << 30));
+    const std::vector<TokenId> prompt = random_prompt(30);
+    // Cancel the first completion while its prompt is half computed: the
+    // others compute it themselves. Cancel one waiting sibling: it just goes.
+    const std::vector<int64_t> ids = engine.add_parallel_request(prompt, params, 4);
+    engine.step();
+    EXPECT_TRUE(engine.cancel(ids[0]));
+    EXPECT_TRUE(engine.cancel(ids[2]));
+    std::map<int64_t, GenerationResult> results;
+    while (engine.has_unfinished()) {
+        for (FinishedRequest& f : engine.step().finished)
+            results[f.request_id] = std::move(f.result);
+    }
+    ASSERT_EQ(results.size(), 4u);
+    EXPECT_EQ(results[ids[0]].finish_reason, FinishReason::kCancelled);
+    EXPECT_EQ(results[ids[2]].finish_reason, FinishReason::kCancelled);
+    for (int i : {1, 3}) {
+        SamplingParams own = params;
+        own.seed = params.seed + uint64_t(i);
+        EXPECT_EQ(results[ids[size_t(i)]].tokens, solo(prompt, own).tokens) << "completion " << i;
+    }
+    EXPECT_EQ(free_after_evicting(engine), 64);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "reference/common/error.h"
-#include "reference/engine/paged_generator.h"
+#include "reference/engine/engine.h"
 #include "tests/unit/engine_test_util.h"
 
 namespace servelab {
@@ -27,7 +27,8 @@ class PagedEngine : public test::TinyModelTest {
     std::vector<GenerationResult> paged(std::span<const TokenId> prompt,
                                         const SamplingParams& params, KvBlockManager& kv,
                                         int n = 1) {
-        return generate_paged(*runner_, model_->config, model_->tokenizer, prompt, params, n, kv);
+        Engine engine(*model_, *runner_, kv, SchedulerConfig{});
+        return engine.generate_parallel(prompt, params, n);
     }
     static SamplingParams sampled(uint64_t seed, int32_t max_tokens) {
         SamplingParams params;
@@ -180,18 +181,20 @@ TEST_F(PagedEngine, EvictionUnderASmallPoolKeepsTheTokensUnchanged) {
     EXPECT_LE(with_cache.prefix_cache()->num_cached_blocks(), 24);
 }
 
-TEST_F(PagedEngine, APoolTooSmallIsAClearErrorOrAnEarlyLengthFinish) {
+TEST_F(PagedEngine, APoolTooSmallForARequestIsAClearError) {
     SCOPED_TRACE(random_.trace());
     PagedKvCache pool(model_->config, 3, 4);  // 12 token slots
     KvBlockManager kv(pool, false);
-    const std::string error = test::error_of([&] { paged(random_prompt(13), greedy(4), kv); });
-    EXPECT_NE(error.find("raise --kv-memory"), std::string::npos) << error;
-    EXPECT_EQ(pool.allocator().num_free(), 3);
-
-    const GenerationResult r = paged(random_prompt(10), greedy(8), kv).at(0);
-    EXPECT_TRUE(r.out_of_kv_blocks);
-    EXPECT_EQ(r.finish_reason, FinishReason::kLength);
-    EXPECT_EQ(r.tokens.size(), 3u);  // positions 10 and 11 fill the pool; the 3rd token has none
+    // The prompt alone, or the prompt with every token it may generate,
+    // does not fit the whole pool: refused up front, never left waiting.
+    for (const auto& [prompt_length, max_tokens] : {std::pair{13, 4}, std::pair{10, 8}}) {
+        const std::string error =
+            test::error_of([&] { paged(random_prompt(prompt_length), greedy(max_tokens), kv); });
+        EXPECT_NE(error.find("raise --kv-memory"), std::string::npos) << error;
+        EXPECT_EQ(pool.allocator().num_free(), 3);
+    }
+    const GenerationResult r = paged(random_prompt(10), greedy(2), kv).at(0);
+    EXPECT_EQ(r.tokens.size(), 2u);  // exactly fills the pool: positions 10 and 11
     EXPECT_EQ(pool.allocator().num_free(), 3);
 }
 

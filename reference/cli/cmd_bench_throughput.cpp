@@ -1,0 +1,290 @@
+// cmd_bench_throughput.cpp — `servelab bench throughput`: a trace through the batching engine.
+//
+// Part of the CLI (Lab 5, chapter 11.5). Replays a trace from data/traces/
+// (replay_trace: arrivals all at once or Poisson, a concurrency limit) on
+// the loaded model with continuous batching or the static baseline, then
+// prints the serving figures (serving_metrics.h) as a table, or as JSON
+// with --json; --output also writes the JSON, with every request and step,
+// for the notebooks' timelines. A progress bar goes to stderr.
+#include <fmt/format.h>
+#include <omp.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "reference/cli/cli_options.h"
+#include "reference/cli/commands.h"
+#include "reference/cli/machine_info.h"
+#include "reference/common/error.h"
+#include "reference/experiments/trace_replay.h"
+
+namespace servelab::cli {
+namespace {
+
+struct Options {
+    ModelOptions model;
+    CacheOptions cache;
+    std::string trace = "data/traces/sharegpt_like.jsonl";
+    int64_t limit = 64;
+    int64_t max_output = 0;
+    double request_rate = 0;
+    int64_t max_concurrency = 0;
+    uint64_t seed = 0;
+    std::string batching = "continuous";
+    int64_t max_num_seqs = 64;
+    int64_t max_num_batched_tokens = 512;
+    bool no_chunked_prefill = false;
+    bool json = false;
+    std::string output;
+    bool no_progress = false;
+};
+
+// "[=====>    ] 12/64 requests  2345 tokens  123.4 tok/s  32 running  5 waiting"
+class ProgressBar {
+  public:
+    explicit ProgressBar(bool enabled) : enabled_(enabled), tty_(isatty(STDERR_FILENO) == 1) {}
+
+    void update(const ReplayProgress& p) {
+        if (!enabled_) return;
+        // A terminal gets a redrawn line 4 times a second; a log file a line every 10 s.
+        const double every_s = tty_ ? 0.25 : 10.0;
+        const bool done = p.finished == p.total;
+        if (!done && p.elapsed_s - last_s_ < every_s) return;
+        last_s_ = p.elapsed_s;
+        constexpr int kWidth = 30;
+        const int filled = p.total > 0 ? int(kWidth * p.finished / p.total) : kWidth;
+        std::string bar(size_t(filled), '=');
+        if (filled < kWidth) bar += '>' + std::string(size_t(kWidth - filled - 1), ' ');
+        std::fprintf(
+            stderr,
+            "%s[%s] %lld/%lld requests  %lld tokens  %.1f tok/s  %lld running  %lld waiting%s",
+            tty_ ? "\r" : "", bar.c_str(), (long long)p.finished, (long long)p.total,
+            (long long)p.output_tokens,
+            p.elapsed_s > 0 ? double(p.output_tokens) / p.elapsed_s : 0.0, (long long)p.running,
+            (long long)p.waiting, tty_ && !done ? "" : "\n");
+        std::fflush(stderr);
+    }
+
+  private:
+    bool enabled_;
+    bool tty_;
+    double last_s_ = -1e9;
+};
+
+nlohmann::json latency_json(const LatencySummary& s) {
+    return {
+        {"mean", s.mean}, {"median", s.median}, {"p90", s.p90}, {"p99", s.p99}, {"count", s.count}};
+}
+
+nlohmann::json summary_json(const ServingMetrics& m) {
+    return {{"requests", m.num_requests},
+            {"prompt_tokens", m.prompt_tokens},
+            {"output_tokens", m.output_tokens},
+            {"duration_s", m.duration_s},
+            {"output_tokens_per_s", m.output_tokens_per_s},
+            {"total_tokens_per_s", m.total_tokens_per_s},
+            {"requests_per_s", m.requests_per_s},
+            {"queue_ms", latency_json(m.queue_ms)},
+            {"ttft_ms", latency_json(m.ttft_ms)},
+            {"tpot_ms", latency_json(m.tpot_ms)},
+            {"itl_ms", latency_json(m.itl_ms)},
+            {"e2e_ms", latency_json(m.e2e_ms)},
+            {"kv_utilization_mean", m.kv_utilization_mean},
+            {"kv_utilization_peak", m.kv_utilization_peak},
+            {"preemptions", m.preemptions},
+            {"prefix_hit_rate", m.prefix_hit_rate},
+            {"steps", m.num_steps},
+            {"mean_batched_tokens", m.mean_batched_tokens}};
+}
+
+nlohmann::json requests_json(const std::vector<RequestRecord>& requests) {
+    nlohmann::json all = nlohmann::json::array();
+    for (const RequestRecord& r : requests) {
+        const GenerationTimings& t = r.result.timings;
+        all.push_back({{"id", r.trace_id},
+                       {"arrival_s", r.arrival_s},
+                       {"start_s", r.arrival_s + t.queue_ms / 1000.0},
+                       {"first_token_s", r.arrival_s + t.first_step_ms / 1000.0},
+                       {"finish_s", r.arrival_s + t.total_ms / 1000.0},
+                       {"prompt_tokens", r.result.prompt_tokens.size()},
+                       {"output_tokens", r.result.tokens.size()},
+                       {"cached_prompt_tokens", r.result.cached_prompt_tokens},
+                       {"preemptions", r.result.num_preemptions}});
+    }
+    return all;
+}
+
+nlohmann::json steps_json(const std::vector<StepRecord>& steps) {
+    nlohmann::json all = nlohmann::json::array();
+    for (const StepRecord& s : steps) {
+        all.push_back({{"start_s", s.start_s},
+                       {"duration_ms", s.duration_ms},
+                       {"batched_tokens", s.num_batched_tokens},
+                       {"prefill_tokens", s.num_prefill_tokens},
+                       {"running", s.num_running},
+                       {"waiting", s.num_waiting},
+                       {"kv_blocks_used", s.num_kv_blocks_used},
+                       {"preempted", s.num_preempted}});
+    }
+    return all;
+}
+
+void print_table(const nlohmann::json& config, const ServingMetrics& m) {
+    std::printf("%s: %lld requests from %s, %s batching, %s, %s\n",
+                config["model"].get<std::string>().c_str(), (long long)m.num_requests,
+                config["trace"].get<std::string>().c_str(),
+                config["batching"].get<std::string>().c_str(),
+                config["arrivals"].get<std::string>().c_str(),
+                config["concurrency"].get<std::string>().c_str());
+    std::printf("%s, %d threads, %s\n\n", config["kv_cache"].get<std::string>().c_str(),
+                config["threads"].get<int>(), config["date"].get<std::string>().c_str());
+    std::printf("duration            %10.1f s   (%lld steps, %.1f tokens per step)\n", m.duration_s,
+                (long long)m.num_steps, m.mean_batched_tokens);
+    std::printf("output tokens/s     %10.1f     (%lld tokens)\n", m.output_tokens_per_s,
+                (long long)m.output_tokens);
+    std::printf("total tokens/s      %10.1f     (%lld prompt + output)\n", m.total_tokens_per_s,
+                (long long)(m.prompt_tokens + m.output_tokens));
+    std::printf("requests/s          %10.3f\n\n", m.requests_per_s);
+    std::printf("%-22s %10s %10s %10s %10s\n", "latency (ms)", "mean", "median", "p90", "p99");
+    const std::pair<const char*, const LatencySummary*> rows[] = {
+        {"queue time", &m.queue_ms},
+        {"time to first token", &m.ttft_ms},
+        {"time per output token", &m.tpot_ms},
+        {"inter-token latency", &m.itl_ms},
+        {"end-to-end", &m.e2e_ms}};
+    for (const auto& [name, s] : rows) {
+        std::printf("%-22s %10.1f %10.1f %10.1f %10.1f\n", name, s->mean, s->median, s->p90,
+                    s->p99);
+    }
+    std::printf("\nKV utilization      %9.1f%% mean, %.1f%% peak\n", 100 * m.kv_utilization_mean,
+                100 * m.kv_utilization_peak);
+    std::printf("preemptions         %10lld\n", (long long)m.preemptions);
+    std::printf("prefix-cache hits   %9.1f%% of prompt tokens\n", 100 * m.prefix_hit_rate);
+}
+
+void run(const Options& opts) {
+    std::vector<TraceRequest> trace = load_trace(opts.trace);
+    if (opts.limit > 0 && opts.limit < int64_t(trace.size())) trace.resize(size_t(opts.limit));
+    if (opts.max_output > 0) {
+        for (TraceRequest& r : trace) r.output_tokens = std::min(r.output_tokens, opts.max_output);
+    }
+    Model model = opts.model.load();
+    if (!opts.cache.paged(model.config)) {
+        throw Error(
+            "bench throughput runs on the paged KV cache: drop --kv-layout contiguous / "
+            "--no-kv-cache / --kv-dtype");
+    }
+    ModelRunner runner(model.config, model.weights);
+    const int64_t num_blocks = PagedKvCache::blocks_for_budget(model.config, opts.cache.block_size,
+                                                               opts.cache.memory_budget_bytes());
+    PagedKvCache pool(model.config, num_blocks, opts.cache.block_size);
+    KvBlockManager kv(pool, !opts.cache.no_prefix_caching);
+    SchedulerConfig scheduler;
+    scheduler.max_num_seqs = opts.max_num_seqs;
+    scheduler.max_num_batched_tokens = opts.max_num_batched_tokens;
+    scheduler.chunked_prefill = !opts.no_chunked_prefill;
+    scheduler.static_batching = opts.batching == "static";
+    Engine engine(model, runner, kv, scheduler);
+
+    const nlohmann::json config = {
+        {"model", model.config.name},
+        {"trace", opts.trace},
+        {"requests", trace.size()},
+        {"batching", opts.batching},
+        {"arrivals", opts.request_rate > 0 ? fmt::format("Poisson {:g} requests/s (seed {})",
+                                                         opts.request_rate, opts.seed)
+                                           : std::string("all at once")},
+        {"concurrency", opts.max_concurrency > 0
+                            ? fmt::format("at most {} concurrent", opts.max_concurrency)
+                            : std::string("no concurrency limit")},
+        {"request_rate", opts.request_rate},
+        {"max_concurrency", opts.max_concurrency},
+        {"max_num_seqs", opts.max_num_seqs},
+        {"max_num_batched_tokens", opts.max_num_batched_tokens},
+        {"chunked_prefill", scheduler.chunked_prefill},
+        {"kv_cache",
+         fmt::format("paged KV cache, {} blocks of {} tokens, prefix caching {}", num_blocks,
+                     pool.block_size(), kv.prefix_caching() ? "on" : "off")},
+        {"num_kv_blocks", num_blocks},
+        {"cpu", cpu_model_name()},
+        {"threads", omp_get_max_threads()},
+        {"date", utc_date()}};
+    spdlog::info("replaying {} requests ({} batching)", trace.size(), opts.batching);
+
+    ProgressBar bar(!opts.no_progress);
+    ReplayOptions replay;
+    replay.request_rate = opts.request_rate;
+    replay.max_concurrency = opts.max_concurrency;
+    replay.seed = opts.seed;
+    const ReplayResult run = replay_trace(engine, trace, model.config.vocab_size, replay,
+                                          [&bar](const ReplayProgress& p) { bar.update(p); });
+    const ServingMetrics metrics =
+        summarize_run(run.requests, run.steps, run.duration_s, num_blocks);
+
+    const nlohmann::json report = {{"config", config}, {"summary", summary_json(metrics)}};
+    if (!opts.output.empty()) {
+        nlohmann::json full = report;
+        full["requests"] = requests_json(run.requests);
+        full["steps"] = steps_json(run.steps);
+        std::ofstream file(opts.output);
+        if (!file) throw Error(fmt::format("--output {}: cannot write", opts.output));
+        file << full.dump(1) << "\n";
+    }
+    if (opts.json) {
+        std::printf("%s\n", report.dump(2).c_str());
+    } else {
+        print_table(config, metrics);
+    }
+}
+
+}  // namespace
+
+void add_bench_throughput_command(CLI::App& bench) {
+    auto opts = std::make_shared<Options>();
+    CLI::App* cmd = bench.add_subcommand(
+        "throughput", "replay a trace through the continuous-batching engine (Lab 5)");
+    opts->model.add_to(*cmd);
+    opts->cache.add_to(*cmd);
+    cmd->add_option("--trace", opts->trace, "JSONL trace (see data/traces/README.md)")
+        ->capture_default_str();
+    cmd->add_option("--limit", opts->limit, "replay the first N requests (0 = all)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    cmd->add_option("--max-output", opts->max_output, "cap each request's output (0 = trace's)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    cmd->add_option("--request-rate", opts->request_rate,
+                    "Poisson arrivals at this many requests/s (0 = all at once)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    cmd->add_option("--max-concurrency", opts->max_concurrency,
+                    "at most N requests in the engine at once, like N clients (0 = no limit)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    cmd->add_option("--seed", opts->seed, "seed of the arrival process")->capture_default_str();
+    cmd->add_option("--batching", opts->batching,
+                    "'continuous' (requests join and leave every step) or 'static' (a batch "
+                    "starts together and ends together: the baseline)")
+        ->check(CLI::IsMember({"continuous", "static"}))
+        ->capture_default_str();
+    cmd->add_option("--max-num-seqs", opts->max_num_seqs, "requests running at once")
+        ->check(CLI::Range(int64_t(1), int64_t(4096)))
+        ->capture_default_str();
+    cmd->add_option("--max-num-batched-tokens", opts->max_num_batched_tokens,
+                    "tokens computed per step (the token budget)")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+        ->capture_default_str();
+    cmd->add_flag("--no-chunked-prefill", opts->no_chunked_prefill,
+                  "admit a prompt only if it fits one step's budget whole");
+    cmd->add_flag("--json", opts->json, "print the summary as one JSON object");
+    cmd->add_option("--output", opts->output,
+                    "also write the JSON, with every request and step, to this file");
+    cmd->add_flag("--no-progress", opts->no_progress, "no progress bar on stderr");
+    cmd->callback([opts] { run(*opts); });
+}
+
+}  // namespace servelab::cli
