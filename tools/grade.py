@@ -556,7 +556,11 @@ class BenchError(Exception):
 
 
 def bench_value(cli, args, metric, timeout_s):
-    """Runs `cli bench ...` once and returns the metric from its JSON output."""
+    """Runs `cli bench ...` once and returns the metric from its JSON output.
+
+    `metric` names a top-level field, or a nested one with dots
+    ("summary.output_tokens_per_s").
+    """
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "2")
     try:
@@ -569,7 +573,9 @@ def bench_value(cli, args, metric, timeout_s):
         raise BenchError(f"{describe_exit(run.returncode)}; last lines of stderr:\n"
                          f"{tail(run.stderr, 10) or '(empty)'}")
     try:
-        value = json.loads(run.stdout)[metric]
+        value = json.loads(run.stdout)
+        for key in metric.split("."):
+            value = value[key]
     except (ValueError, KeyError, TypeError):
         raise BenchError(f"stdout is not a JSON object with a {metric!r} field: "
                          f"{truncate(run.stdout.strip(), 300)!r}") from None

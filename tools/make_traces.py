@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make_traces.py — synthetic request traces for Lab 4's experiments (data/traces/).
+"""make_traces.py — synthetic request traces for Labs 4 and 5 (data/traces/).
 
 Real serving traces (ShareGPT conversations) cannot be shipped here, so these
 are drawn from distributions with the same shape: request lengths are
@@ -25,6 +25,15 @@ Traces (one JSON object per line):
       LogNormal(mean 64, sigma 0.6) output tokens, clipped to [4, 256].
       The first prefix_tokens of two requests with the same prefix_group
       are the same tokens; `servelab replay` turns the lengths into ids.
+  fixed_length.jsonl         {"id", "prompt_tokens", "output_tokens"}
+      256 requests, every one 128 prompt and 128 output tokens: no length
+      variance, so static batching wastes nothing on it (the control case).
+  long_tail.jsonl            {"id", "prompt_tokens", "output_tokens"}
+      256 requests: prompt ~ LogNormal(mean 128, sigma 0.5) clipped to
+      [8, 512]; output short for most and very long for a few: with
+      probability 0.9 LogNormal(mean 48, sigma 0.5), else LogNormal(mean
+      768, sigma 0.3), clipped to [4, 1536]. A batch that waits for its
+      slowest request waits for one of the few long ones.
 
 Usage: make_traces.py [--out data/traces] [--check]
   --check regenerates in memory and fails if the committed files differ
@@ -40,6 +49,12 @@ import numpy as np
 SHAREGPT = {"requests": 1000, "seed": 2023,
             "prompt": {"mean": 161.0, "sigma": 1.0, "min": 4, "max": 1024},
             "output": {"mean": 362.0, "sigma": 0.9, "min": 4, "max": 1024}}
+FIXED = {"requests": 256, "prompt": 128, "output": 128}
+LONG_TAIL = {"requests": 256, "seed": 7,
+             "prompt": {"mean": 128.0, "sigma": 0.5, "min": 8, "max": 512},
+             "short": {"mean": 48.0, "sigma": 0.5, "min": 4, "max": 1536},
+             "long": {"mean": 768.0, "sigma": 0.3, "min": 4, "max": 1536},
+             "long_fraction": 0.1}
 SHARED = {"requests": 200, "seed": 11, "system_prompts": [96, 192, 320, 512],
           "user": {"mean": 48.0, "sigma": 0.6, "min": 4, "max": 256},
           "output": {"mean": 64.0, "sigma": 0.6, "min": 4, "max": 256}}
@@ -74,6 +89,23 @@ def shared_system_prompt():
             for i, (g, u, o) in enumerate(zip(groups, users, outputs))]
 
 
+def fixed_length():
+    return [{"id": i, "prompt_tokens": FIXED["prompt"], "output_tokens": FIXED["output"]}
+            for i in range(FIXED["requests"])]
+
+
+def long_tail():
+    rng = np.random.default_rng(LONG_TAIL["seed"])
+    n = LONG_TAIL["requests"]
+    prompts = lognormal_lengths(rng, LONG_TAIL["prompt"], n)
+    short = lognormal_lengths(rng, LONG_TAIL["short"], n)
+    long = lognormal_lengths(rng, LONG_TAIL["long"], n)
+    is_long = rng.random(n) < LONG_TAIL["long_fraction"]
+    outputs = np.where(is_long, long, short)
+    return [{"id": i, "prompt_tokens": int(p), "output_tokens": int(o)}
+            for i, (p, o) in enumerate(zip(prompts, outputs))]
+
+
 def render(records):
     return "".join(json.dumps(r, separators=(", ", ": ")) + "\n" for r in records)
 
@@ -83,7 +115,8 @@ def main():
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "data", "traces"))
     parser.add_argument("--check", action="store_true", help="fail if the committed traces differ")
     args = parser.parse_args()
-    traces = {"sharegpt_like.jsonl": sharegpt_like(), "shared_system_prompt.jsonl": shared_system_prompt()}
+    traces = {"sharegpt_like.jsonl": sharegpt_like(), "shared_system_prompt.jsonl": shared_system_prompt(),
+              "fixed_length.jsonl": fixed_length(), "long_tail.jsonl": long_tail()}
     status = 0
     for name, records in traces.items():
         path = os.path.join(args.out, name)

@@ -31,6 +31,7 @@ struct Options {
     std::string trace = "data/traces/sharegpt_like.jsonl";
     int64_t limit = 64;
     int64_t max_output = 0;
+    int64_t max_prompt = 0;
     double request_rate = 0;
     int64_t max_concurrency = 0;
     uint64_t seed = 0;
@@ -98,7 +99,8 @@ nlohmann::json summary_json(const ServingMetrics& m) {
             {"preemptions", m.preemptions},
             {"prefix_hit_rate", m.prefix_hit_rate},
             {"steps", m.num_steps},
-            {"mean_batched_tokens", m.mean_batched_tokens}};
+            {"mean_batched_tokens", m.mean_batched_tokens},
+            {"tokens_computed", m.tokens_computed}};
 }
 
 nlohmann::json requests_json(const std::vector<RequestRecord>& requests) {
@@ -162,15 +164,20 @@ void print_table(const nlohmann::json& config, const ServingMetrics& m) {
     }
     std::printf("\nKV utilization      %9.1f%% mean, %.1f%% peak\n", 100 * m.kv_utilization_mean,
                 100 * m.kv_utilization_peak);
-    std::printf("preemptions         %10lld\n", (long long)m.preemptions);
+    std::printf("preemptions         %10lld     (%lld tokens computed in all)\n",
+                (long long)m.preemptions, (long long)m.tokens_computed);
     std::printf("prefix-cache hits   %9.1f%% of prompt tokens\n", 100 * m.prefix_hit_rate);
 }
 
 void run(const Options& opts) {
     std::vector<TraceRequest> trace = load_trace(opts.trace);
     if (opts.limit > 0 && opts.limit < int64_t(trace.size())) trace.resize(size_t(opts.limit));
-    if (opts.max_output > 0) {
-        for (TraceRequest& r : trace) r.output_tokens = std::min(r.output_tokens, opts.max_output);
+    for (TraceRequest& r : trace) {
+        if (opts.max_output > 0) r.output_tokens = std::min(r.output_tokens, opts.max_output);
+        if (opts.max_prompt > 0 && r.prompt_tokens > opts.max_prompt) {
+            r.prompt_tokens = opts.max_prompt;
+            r.prefix_tokens = std::min(r.prefix_tokens, opts.max_prompt);
+        }
     }
     Model model = opts.model.load();
     if (!opts.cache.paged(model.config)) {
@@ -255,6 +262,10 @@ void add_bench_throughput_command(CLI::App& bench) {
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     cmd->add_option("--max-output", opts->max_output, "cap each request's output (0 = trace's)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    cmd->add_option("--max-prompt", opts->max_prompt,
+                    "cap each request's prompt (0 = trace's; a shared prefix is cut with it)")
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     cmd->add_option("--request-rate", opts->request_rate,

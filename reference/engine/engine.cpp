@@ -87,6 +87,15 @@ int64_t Engine::add_request(std::vector<TokenId> prompt, const SamplingParams& p
     return id;
 }
 
+int64_t Engine::add_text_request(std::string_view prompt, const SamplingParams& params,
+                                 bool parse_special, int32_t priority, TokenCallback on_token) {
+    std::vector<TokenId> ids = model_.tokenizer.encode(prompt, parse_special);
+    if (model_.tokenizer.add_bos() && model_.tokenizer.bos_id() >= 0) {
+        ids.insert(ids.begin(), model_.tokenizer.bos_id());
+    }
+    return add_request(std::move(ids), params, priority, std::move(on_token));
+}
+
 std::vector<int64_t> Engine::add_parallel_request(std::vector<TokenId> prompt,
                                                   const SamplingParams& params, int num_completions,
                                                   TokenCallback on_token) {

@@ -18,7 +18,8 @@
 // completion is an ordinary request; the other n-1 wait, holding no blocks,
 // until its prompt is computed, then fork its blocks (copy-on-write) and
 // sample their first tokens from the same logits. So the prompt is computed
-// once. Completion i samples with seed + i.
+// once. Completion i samples with seed + i. (The siblings join the running
+// set without admission, so they may take it past max_num_seqs by n - 1.)
 //
 // Static batching (SchedulerConfig::static_batching, the baseline): a
 // finished request's result is reported at once, but its row stays in the
@@ -32,6 +33,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "reference/engine/generator.h"
@@ -94,6 +96,12 @@ class Engine {
     int64_t add_request(std::vector<TokenId> prompt, const SamplingParams& params,
                         int32_t priority = 0, TokenCallback on_token = {},
                         Clock::time_point arrival = Clock::now());
+    // The same for a text prompt: tokenized as is (special tokens such as
+    // ChatML's markers are parsed when `parse_special`), with BOS first if
+    // the model asks for one.
+    int64_t add_text_request(std::string_view prompt, const SamplingParams& params,
+                             bool parse_special = false, int32_t priority = 0,
+                             TokenCallback on_token = {});
     // n completions of one prompt, the prompt computed once; returns their
     // ids (completion i samples with params.seed + i). `on_token` streams
     // completion 0.

@@ -79,6 +79,7 @@ ServingMetrics summarize_run(const std::vector<RequestRecord>& requests,
         batched += step.num_batched_tokens;
     }
     if (total_ms > 0) m.kv_utilization_mean = weighted_used / total_ms;
+    m.tokens_computed = batched;
     if (!steps.empty()) m.mean_batched_tokens = double(batched) / double(steps.size());
     return m;
 }

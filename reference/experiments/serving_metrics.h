@@ -69,6 +69,10 @@ struct ServingMetrics {
     double prefix_hit_rate = 0;  // in [0, 1]
     int64_t num_steps = 0;
     double mean_batched_tokens = 0;  // tokens per step
+    // Tokens the model computed, all steps together: prompt + output - 1
+    // per request at best (fewer with prefix hits); preemption's recompute
+    // and static batching's padding rows add to it.
+    int64_t tokens_computed = 0;
 };
 
 ServingMetrics summarize_run(const std::vector<RequestRecord>& requests,

@@ -1,4 +1,5 @@
-// scheduler.cpp — see scheduler.h.
+// scheduler.cpp — see scheduler.h. Lab 5's exercise: schedule_running, admit_waiting,
+// pick_victim, preempt.
 #include "reference/scheduler/scheduler.h"
 
 #include <fmt/format.h>
@@ -61,18 +62,27 @@ SchedulerOutput Scheduler::schedule() {
 }
 
 void Scheduler::schedule_running(Request& request, int64_t& budget, SchedulerOutput& out) {
+    // BEGIN SOLUTION lab05
+    // HINT: its uncomputed tokens, capped by the budget (the next chunk of a long prompt)
+    // HINT: while kv_.reserve fails: make_room(budget, out); stop if it evicted `request`
+    // HINT: then add the chunk to out.chunks and spend the budget
     const int64_t num_tokens = std::min(request.num_uncomputed(), budget);
     if (num_tokens == 0) return;
     while (!kv_.reserve(request.kv, num_tokens)) {
-        Request* victim = pick_victim();
-        preempt(*victim, budget, out);
-        if (victim == &request) return;
+        if (make_room(budget, out) == &request) return;  // it was the victim itself
     }
     out.chunks.push_back({&request, num_tokens});
     budget -= num_tokens;
+    // END SOLUTION
 }
 
 void Scheduler::admit_waiting(int64_t budget, SchedulerOutput& out) {
+    // BEGIN SOLUTION lab05
+    // HINT: loop while budget, waiting requests and max_num_seqs allow; next_waiting() picks
+    // HINT: kv_.start gives the prefix-cache hits; num_uncomputed() is what is left to compute
+    // HINT: without chunked prefill the whole rest must fit the budget, else stop admitting
+    // HINT: reserve its chunk; if the pool cannot hold it, kv_.finish and stop (it waits)
+    // HINT: admitted: out of waiting_, status kRunning, onto running_, chunk into out
     while (budget > 0 && !waiting_.empty() && num_running() < config_.max_num_seqs) {
         const auto next = next_waiting();
         Request& request = **next;
@@ -93,6 +103,7 @@ void Scheduler::admit_waiting(int64_t budget, SchedulerOutput& out) {
         out.chunks.push_back({&request, num_tokens});
         budget -= num_tokens;
     }
+    // END SOLUTION
 }
 
 std::deque<Request*>::iterator Scheduler::next_waiting() {
@@ -104,38 +115,58 @@ std::deque<Request*>::iterator Scheduler::next_waiting() {
         [](const Request* a, const Request* b) { return a->priority < b->priority; });
 }
 
-Request* Scheduler::pick_victim() {
+Request* Scheduler::make_room(int64_t& budget, SchedulerOutput& out) {
+    // A static batch's padding rows go first, and for good: they have finished.
     for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-        if ((*it)->padding) return *it;
+        Request& row = **it;
+        if (!row.padding) continue;
+        kv_.finish(row.kv);
+        std::erase(running_, &row);
+        take_out_of_batch(row, budget, out);
+        row.status = RequestStatus::kFinished;
+        return &row;
     }
+    Request* victim = pick_victim();
+    preempt(*victim, budget, out);
+    return victim;
+}
+
+void Scheduler::take_out_of_batch(const Request& request, int64_t& budget, SchedulerOutput& out) {
+    for (auto it = out.chunks.begin(); it != out.chunks.end(); ++it) {
+        if (it->request == &request) {
+            budget += it->num_tokens;
+            out.chunks.erase(it);
+            return;
+        }
+    }
+}
+
+Request* Scheduler::pick_victim() {
+    // BEGIN SOLUTION lab05
+    // HINT: FCFS: the newest running request (running_ is in admission order)
+    // HINT: priority: the largest priority value; among equals the newest
     if (config_.policy == SchedulingPolicy::kFcfs) return running_.back();
-    // The lowest priority (largest value); among equals the newest.
     Request* victim = running_.back();
     for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
         if ((*it)->priority > victim->priority) victim = *it;
     }
     return victim;
+    // END SOLUTION
 }
 
 void Scheduler::preempt(Request& victim, int64_t& budget, SchedulerOutput& out) {
+    // BEGIN SOLUTION lab05
+    // HINT: free its blocks (kv_.finish), take it off running_ and out of this step's batch
+    // HINT: (take_out_of_batch refunds the budget); it keeps its tokens to recompute later
+    // HINT: back to the FRONT of waiting_ as kWaiting; count it; list it in out.preempted
     kv_.finish(victim.kv);  // recompute later; full blocks may stay in the prefix cache
     std::erase(running_, &victim);
-    // If it was already in this step's batch, take it out and refund its tokens.
-    for (auto it = out.chunks.begin(); it != out.chunks.end(); ++it) {
-        if (it->request == &victim) {
-            budget += it->num_tokens;
-            out.chunks.erase(it);
-            break;
-        }
-    }
-    if (victim.padding) {  // finished already: it just leaves the batch
-        victim.status = RequestStatus::kFinished;
-        return;
-    }
+    take_out_of_batch(victim, budget, out);
     victim.status = RequestStatus::kWaiting;
     ++victim.num_preemptions;
     waiting_.push_front(&victim);
     out.preempted.push_back(&victim);
+    // END SOLUTION
 }
 
 void Scheduler::finish(Request& request) {

@@ -87,8 +87,14 @@ class Scheduler {
   private:
     void schedule_running(Request& request, int64_t& budget, SchedulerOutput& out);
     void admit_waiting(int64_t budget, SchedulerOutput& out);
+    // Frees one running request's blocks so another can grow: a static
+    // batch's padding row if there is one, else pick_victim()'s choice,
+    // preempted. Returns the request that left.
+    Request* make_room(int64_t& budget, SchedulerOutput& out);
     Request* pick_victim();
     void preempt(Request& victim, int64_t& budget, SchedulerOutput& out);
+    // Removes `request`'s chunk, if any, from this step's batch and refunds its tokens.
+    void take_out_of_batch(const Request& request, int64_t& budget, SchedulerOutput& out);
     std::deque<Request*>::iterator next_waiting();
 
     KvBlockManager& kv_;

@@ -227,6 +227,51 @@ def test_paged(servelab, workdir, tiny):
                   os.path.join(TRACES, "shared_system_prompt.jsonl")], 1, "paged KV cache")
 
 
+def test_batching(servelab, workdir):
+    """Lab 5: `bench throughput`, continuous and static, its reports and its errors."""
+    tiny = os.path.join(workdir, "tiny1024.gguf")  # made by test_paged
+    common = ["bench", "throughput", "-m", tiny, "--limit", "12", "--max-prompt", "48",
+              "--max-output", "8", "--max-concurrency", "5", "--kv-memory", "8MiB"]
+    reports = {}
+    for batching in ("continuous", "static"):
+        path = os.path.join(workdir, f"{batching}.json")
+        code, out, err = run(servelab, *common, "--batching", batching, "--json", "--output", path)
+        reports[batching] = json.loads(out) if code == 0 else {"error": err}
+        check(f"bench throughput --batching {batching}: progress bar ends at 12/12 on stderr",
+              "12/12 requests" in err, err[-300:])
+        summary = reports[batching].get("summary", {})
+        for field in ("output_tokens_per_s", "total_tokens_per_s", "ttft_ms", "tpot_ms", "itl_ms",
+                      "e2e_ms", "queue_ms", "kv_utilization_mean", "preemptions", "prefix_hit_rate"):
+            check(f"bench throughput --json ({batching}) has '{field}'", field in summary, str(summary)[:200])
+        check(f"bench throughput ({batching}): every request gives its 8 tokens",
+              summary.get("requests") == 12 and summary.get("output_tokens") == 96, str(summary)[:300])
+        full = json.load(open(path)) if os.path.exists(path) else {}
+        requests = full.get("requests", [])
+        check(f"--output ({batching}): one record per request, in time order within each",
+              len(requests) == 12 and all(r["arrival_s"] <= r["start_s"] <= r["first_token_s"] <= r["finish_s"]
+                                          for r in requests), str(requests[:2]))
+        check(f"--output ({batching}): one record per step",
+              len(full.get("steps", [])) == summary.get("steps"), str(full.get("steps", [])[:2]))
+    # Static batching holds a batch's rows until its slowest request ends: never fewer steps.
+    steps = {b: r.get("summary", {}).get("steps", 0) for b, r in reports.items()}
+    check("static batching takes at least as many steps", steps["static"] >= steps["continuous"] > 0, str(steps))
+
+    code, out, err = run(servelab, *common, "--request-rate", "40", "--seed", "3", "--no-progress")
+    check("bench throughput: Poisson arrivals, a table on stdout, nothing on stderr",
+          code == 0 and "time to first token" in out and "output tokens/s" in out and err.strip() == "",
+          out[:300] + err)
+
+    expect_error(servelab, "bench throughput: missing trace",
+                 ["bench", "throughput", "-m", tiny, "--trace", "/nonexistent.jsonl"], 1, "cannot open trace")
+    expect_error(servelab, "bench throughput: unknown batching",
+                 ["bench", "throughput", "-m", tiny, "--batching", "sometimes"], 2, "--batching")
+    expect_error(servelab, "bench throughput: a prompt longer than the context",
+                 ["bench", "throughput", "-m", os.path.join(workdir, "tiny.gguf"), "--limit", "40",
+                  "--no-progress"], 1, "does not fit the context length")
+    expect_error(servelab, "bench throughput needs the paged cache",
+                 ["bench", "throughput", "-m", tiny, "--kv-layout", "contiguous"], 1, "paged KV cache")
+
+
 def test_smollm2(servelab, model):
     # The question `make run` asks. Greedy, so the answer is fixed.
     code, out, err = run(servelab, "chat", "-m", model, "--message",
@@ -250,6 +295,7 @@ def main():
             test_tiny(args.servelab, workdir)
             test_kv_compression(args.servelab, workdir, os.path.join(workdir, "tiny.gguf"))
             test_paged(args.servelab, workdir, os.path.join(workdir, "tiny.gguf"))
+            test_batching(args.servelab, workdir)
     print(f"{'FAILED' if FAILURES else 'PASSED'}: {len(FAILURES)} check(s) failed")
     return 1 if FAILURES else 0
 

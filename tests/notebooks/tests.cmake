@@ -18,6 +18,9 @@
 #   notebook_lab04_paged_attention  KV memory wasted and sequences at once, static reservation
 #                                   against paging (kv-sim); prefix-cache hit rate and prefill
 #                                   work on a shared-system-prompt workload (replay)
+#   notebook_lab05_continuous_batching  static against continuous batching by concurrency and
+#                                   workload; throughput and TTFT against load, max_num_seqs and
+#                                   the token budget; a timeline of requests joining and leaving
 
 set(servelab_notebooks_ready FALSE)
 if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
@@ -43,7 +46,8 @@ if(servelab_notebooks_ready)
     "SERVELAB_BIN=$<TARGET_FILE:servelab>"
     "SERVELAB_ROOT=${CMAKE_SOURCE_DIR}"
     "OMP_NUM_THREADS=1")
-  foreach(notebook lab01_naive_decoding lab02_kv_cache lab03_kv_compression lab04_paged_attention)
+  foreach(notebook lab01_naive_decoding lab02_kv_cache lab03_kv_compression lab04_paged_attention
+                  lab05_continuous_batching)
     add_test(NAME notebook_${notebook}
       COMMAND ${SERVELAB_PYTHON} -m jupyter nbconvert --to notebook --execute
               --ExecutePreprocessor.timeout=240

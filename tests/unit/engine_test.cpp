@@ -130,7 +130,31 @@ TEST_F(EngineTest, RejectsRequestsItCouldNeverRun) {
     bad.temperature = -1.0f;
     EXPECT_THROW(engine.add_request(random_prompt(4), bad), Error);
     EXPECT_FALSE(engine.has_unfinished());
-    EXPECT_EQ(engine.add_request(random_prompt(4), params), 0);  // ids are not used up
+    EXPECT_EQ(engine.add_request(random_prompt(12), params), 0);  // ids are not used up
+    // ... and one that just fits (16 slots) runs to the end.
+    const StepOutput first = engine.step();
+    EXPECT_EQ(first.num_batched_tokens, 12);
+    while (engine.has_unfinished()) engine.step();
+    EXPECT_EQ(free_after_evicting(engine), 4);
+}
+
+TEST_F(EngineTest, ATextPromptIsTokenizedLikeTheCliDoes) {
+    Engine engine(*model_, *runner_, EngineConfig{});
+    SamplingParams params;
+    params.max_tokens = 6;
+    params.ignore_eos = true;
+    const std::string text = "hello there";
+    std::vector<TokenId> ids = model_->tokenizer.encode(text, false);
+    if (model_->tokenizer.add_bos() && model_->tokenizer.bos_id() >= 0) {
+        ids.insert(ids.begin(), model_->tokenizer.bos_id());
+    }
+    engine.add_text_request(text, params);
+    GenerationResult result;
+    while (engine.has_unfinished()) {
+        for (FinishedRequest& f : engine.step().finished) result = std::move(f.result);
+    }
+    EXPECT_EQ(result.prompt_tokens, ids);
+    EXPECT_EQ(result.tokens, solo(ids, params).tokens);
 }
 
 TEST_F(EngineTest, StaticBatchingKeepsTheBatchUntilItsSlowestRequestEnds) {

@@ -116,6 +116,13 @@ TEST(Scheduler, RejectsRequestsThatCouldNeverRun) {
     EXPECT_NE(test::error_of([&] { scheduler.add(*too_big_for_pool); }).find("more than the pool"),
               std::string::npos);
     EXPECT_EQ(scheduler.num_waiting(), 0);
+    // One that fits exactly (32 tokens, 8 blocks) is admitted and scheduled.
+    auto fits = make_request(4, 20, 12, 4);
+    scheduler.add(*fits);
+    const SchedulerOutput out = scheduler.schedule();
+    ASSERT_EQ(out.chunks.size(), 1u);
+    EXPECT_EQ(out.chunks[0].request, fits.get());
+    EXPECT_EQ(out.chunks[0].num_tokens, 20);
 }
 
 TEST(Scheduler, PreemptsTheNewestAndTheOldestKeepsGoing) {
@@ -169,7 +176,13 @@ struct LiveRequest {
     std::vector<TokenId> solo_tokens;  // what generate() gives it alone
 };
 
-TEST(ContinuousBatching, SixtyFourRequestsEqualTheirSoloRunsDespitePreemption) {
+// 64 requests through the scheduler and the batched forward pass, each
+// checked against its solo run. FCFS: all queued at once. Priority: each
+// request has a random priority and they arrive two per step, so an urgent
+// newcomer often finds older, less urgent requests running: those become
+// the victims, often after they were already put in this step's batch
+// (which they must then leave).
+void run_sixty_four_requests(SchedulingPolicy policy) {
     RandomSource random;
     SCOPED_TRACE(random.trace());
     const auto bytes = make_tiny_model({.seed = random.seed(), .context_length = 128});
@@ -180,7 +193,8 @@ TEST(ContinuousBatching, SixtyFourRequestsEqualTheirSoloRunsDespitePreemption) {
     // is certain. Prefix caching on, and prompts share prefixes.
     PagedKvCache pool(model.config, 48, block_size);
     KvBlockManager kv(pool, true);
-    Scheduler scheduler(kv, {.max_num_batched_tokens = 48, .max_num_seqs = 24}, 128);
+    Scheduler scheduler(kv, {.max_num_batched_tokens = 48, .max_num_seqs = 24, .policy = policy},
+                        128);
 
     std::vector<std::vector<TokenId>> prefixes(3);
     for (auto& prefix : prefixes) {
@@ -204,15 +218,21 @@ TEST(ContinuousBatching, SixtyFourRequestsEqualTheirSoloRunsDespitePreemption) {
         KvCache solo_cache(model.config, 128);
         const GenerationResult solo =
             generate(runner, model.config, model.tokenizer, prompt, params, {}, &solo_cache);
-        auto request = std::make_unique<Request>(id, prompt, params, 0, block_size);
+        const int32_t priority =
+            policy == SchedulingPolicy::kPriority ? int32_t(random.integer(0, 3)) : 0;
+        auto request = std::make_unique<Request>(id, prompt, params, priority, block_size);
         auto sampler = std::make_unique<Sampler>(request->params);
-        scheduler.add(*request);
         live.push_back({std::move(request), std::move(sampler), solo.tokens});
     }
 
+    const size_t arrivals_per_step = policy == SchedulingPolicy::kFcfs ? live.size() : 2;
+    size_t num_arrived = 0;
     int64_t preemptions = 0, partial_chunks = 0, steps = 0, finished = 0;
     while (finished < int64_t(live.size())) {
         ASSERT_LT(++steps, 20'000) << "no progress";
+        for (size_t n = 0; n < arrivals_per_step && num_arrived < live.size(); ++n) {
+            scheduler.add(*live[num_arrived++].request);
+        }
         const SchedulerOutput out = scheduler.schedule();
         ASSERT_FALSE(out.chunks.empty()) << "an idle step with requests waiting";
         preemptions += int64_t(out.preempted.size());
@@ -251,6 +271,14 @@ TEST(ContinuousBatching, SixtyFourRequestsEqualTheirSoloRunsDespitePreemption) {
     // Every block comes back: only the prefix cache still holds some.
     kv.clear_prefix_cache();
     EXPECT_EQ(pool.allocator().num_free(), pool.num_blocks());
+}
+
+TEST(ContinuousBatching, SixtyFourRequestsEqualTheirSoloRunsDespitePreemption) {
+    run_sixty_four_requests(SchedulingPolicy::kFcfs);
+}
+
+TEST(ContinuousBatching, SixtyFourPrioritizedRequestsEqualTheirSoloRunsDespitePreemption) {
+    run_sixty_four_requests(SchedulingPolicy::kPriority);
 }
 
 }  // namespace

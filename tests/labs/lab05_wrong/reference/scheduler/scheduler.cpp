@@ -1,0 +1,186 @@
+// KNOWN-WRONG implementation for the grader self-test (tests/labs/README.md): preempt never
+// gives the victim's blocks back (no kv_.finish), so every preemption leaks blocks until the
+// pool cannot hold even one request.
+// scheduler.cpp — see scheduler.h. Lab 5's exercise: schedule_running, admit_waiting,
+// pick_victim, preempt.
+#include "reference/scheduler/scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "reference/common/error.h"
+
+namespace servelab {
+
+Scheduler::Scheduler(KvBlockManager& kv, const SchedulerConfig& config, int64_t context_length)
+    : kv_(kv), config_(config), context_length_(context_length) {
+    if (config.max_num_batched_tokens < 1 || config.max_num_seqs < 1) {
+        throw Error("scheduler: max_num_batched_tokens and max_num_seqs must be >= 1");
+    }
+}
+
+void Scheduler::add(Request& request) {
+    const int64_t prompt = request.num_prompt_tokens;
+    if (prompt < 1) throw Error(fmt::format("request {}: the prompt is empty", request.id));
+    if (prompt >= context_length_) {
+        throw Error(
+            fmt::format("request {}: prompt of {} tokens does not fit the context length {}",
+                        request.id, prompt, context_length_));
+    }
+    const int64_t longest = std::min(context_length_, prompt + request.params.max_tokens);
+    const int64_t block_size = kv_.cache().block_size();
+    const int64_t blocks = (longest + block_size - 1) / block_size;
+    if (blocks > kv_.cache().num_blocks()) {
+        throw Error(
+            fmt::format("request {}: up to {} tokens need {} KV blocks, more than the "
+                        "pool's {} (raise --kv-memory or lower max_tokens)",
+                        request.id, longest, blocks, kv_.cache().num_blocks()));
+    }
+    request.status = RequestStatus::kWaiting;
+    waiting_.push_back(&request);
+}
+
+SchedulerOutput Scheduler::schedule() {
+    SchedulerOutput out;
+    int64_t budget = config_.max_num_batched_tokens;
+    // Running requests first, oldest first. Scheduling one may preempt
+    // others, so walk a copy and skip those no longer running.
+    const std::vector<Request*> running = running_;
+    for (Request* request : running) {
+        if (budget == 0) break;
+        if (request->status == RequestStatus::kRunning) schedule_running(*request, budget, out);
+    }
+    // A step that had to preempt admits nobody: the pool is full.
+    if (out.preempted.empty()) {
+        if (!config_.static_batching) {
+            admit_waiting(budget, out);
+        } else if (running_.empty()) {  // the last batch is done: the next one, whole
+            admit_waiting(std::numeric_limits<int64_t>::max(), out);
+        }
+    }
+    for (const ScheduledChunk& chunk : out.chunks) out.num_batched_tokens += chunk.num_tokens;
+    return out;
+}
+
+void Scheduler::schedule_running(Request& request, int64_t& budget, SchedulerOutput& out) {
+    // BEGIN SOLUTION lab05
+    // HINT: its uncomputed tokens, capped by the budget (the next chunk of a long prompt)
+    // HINT: while kv_.reserve fails: make_room(budget, out); stop if it evicted `request`
+    // HINT: then add the chunk to out.chunks and spend the budget
+    const int64_t num_tokens = std::min(request.num_uncomputed(), budget);
+    if (num_tokens == 0) return;
+    while (!kv_.reserve(request.kv, num_tokens)) {
+        if (make_room(budget, out) == &request) return;  // it was the victim itself
+    }
+    out.chunks.push_back({&request, num_tokens});
+    budget -= num_tokens;
+    // END SOLUTION
+}
+
+void Scheduler::admit_waiting(int64_t budget, SchedulerOutput& out) {
+    // BEGIN SOLUTION lab05
+    // HINT: loop while budget, waiting requests and max_num_seqs allow; next_waiting() picks
+    // HINT: kv_.start gives the prefix-cache hits; num_uncomputed() is what is left to compute
+    // HINT: without chunked prefill the whole rest must fit the budget, else stop admitting
+    // HINT: reserve its chunk; if the pool cannot hold it, kv_.finish and stop (it waits)
+    // HINT: admitted: out of waiting_, status kRunning, onto running_, chunk into out
+    while (budget > 0 && !waiting_.empty() && num_running() < config_.max_num_seqs) {
+        const auto next = next_waiting();
+        Request& request = **next;
+        request.kv = kv_.start(request.tokens);  // prefix-cache hits count as computed
+        const int64_t wanted = request.num_uncomputed();
+        if (!config_.chunked_prefill && wanted > budget) {
+            kv_.finish(request.kv);
+            return;
+        }
+        const int64_t num_tokens = std::min(wanted, budget);
+        if (!kv_.reserve(request.kv, num_tokens)) {  // wait until blocks are freed
+            kv_.finish(request.kv);
+            return;
+        }
+        waiting_.erase(next);
+        request.status = RequestStatus::kRunning;
+        running_.push_back(&request);
+        out.chunks.push_back({&request, num_tokens});
+        budget -= num_tokens;
+    }
+    // END SOLUTION
+}
+
+std::deque<Request*>::iterator Scheduler::next_waiting() {
+    if (config_.policy == SchedulingPolicy::kFcfs) return waiting_.begin();
+    // Smallest priority value first; the queue order (arrival, or preempted
+    // first) breaks ties.
+    return std::min_element(
+        waiting_.begin(), waiting_.end(),
+        [](const Request* a, const Request* b) { return a->priority < b->priority; });
+}
+
+Request* Scheduler::make_room(int64_t& budget, SchedulerOutput& out) {
+    // A static batch's padding rows go first, and for good: they have finished.
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+        Request& row = **it;
+        if (!row.padding) continue;
+        kv_.finish(row.kv);
+        std::erase(running_, &row);
+        take_out_of_batch(row, budget, out);
+        row.status = RequestStatus::kFinished;
+        return &row;
+    }
+    Request* victim = pick_victim();
+    preempt(*victim, budget, out);
+    return victim;
+}
+
+void Scheduler::take_out_of_batch(const Request& request, int64_t& budget, SchedulerOutput& out) {
+    for (auto it = out.chunks.begin(); it != out.chunks.end(); ++it) {
+        if (it->request == &request) {
+            budget += it->num_tokens;
+            out.chunks.erase(it);
+            return;
+        }
+    }
+}
+
+Request* Scheduler::pick_victim() {
+    // BEGIN SOLUTION lab05
+    // HINT: FCFS: the newest running request (running_ is in admission order)
+    // HINT: priority: the largest priority value; among equals the newest
+    if (config_.policy == SchedulingPolicy::kFcfs) return running_.back();
+    Request* victim = running_.back();
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+        if ((*it)->priority > victim->priority) victim = *it;
+    }
+    return victim;
+    // END SOLUTION
+}
+
+void Scheduler::preempt(Request& victim, int64_t& budget, SchedulerOutput& out) {
+    // BEGIN SOLUTION lab05
+    // HINT: free its blocks (kv_.finish), take it off running_ and out of this step's batch
+    // HINT: (take_out_of_batch refunds the budget); it keeps its tokens to recompute later
+    // HINT: back to the FRONT of waiting_ as kWaiting; count it; list it in out.preempted
+    std::erase(running_, &victim);
+    take_out_of_batch(victim, budget, out);
+    victim.status = RequestStatus::kWaiting;
+    ++victim.num_preemptions;
+    waiting_.push_front(&victim);
+    out.preempted.push_back(&victim);
+    // END SOLUTION
+}
+
+void Scheduler::finish(Request& request) {
+    kv_.finish(request.kv);
+    std::erase(running_, &request);
+    std::erase(waiting_, &request);
+    request.status = RequestStatus::kFinished;
+}
+
+void Scheduler::add_running(Request& request) {
+    request.status = RequestStatus::kRunning;
+    running_.push_back(&request);
+}
+
+}  // namespace servelab
