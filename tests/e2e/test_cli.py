@@ -230,7 +230,8 @@ def test_paged(servelab, workdir, tiny):
 def test_batching(servelab, workdir):
     """Lab 5: `bench throughput`, continuous and static, its reports and its errors."""
     tiny = os.path.join(workdir, "tiny1024.gguf")  # made by test_paged
-    common = ["bench", "throughput", "-m", tiny, "--limit", "12", "--max-prompt", "48",
+    sharegpt = os.path.join(TRACES, "sharegpt_like.jsonl")
+    common = ["bench", "throughput", "-m", tiny, "--trace", sharegpt, "--limit", "12", "--max-prompt", "48",
               "--max-output", "8", "--max-concurrency", "5", "--kv-memory", "8MiB"]
     reports = {}
     for batching in ("continuous", "static"):
@@ -266,10 +267,11 @@ def test_batching(servelab, workdir):
     expect_error(servelab, "bench throughput: unknown batching",
                  ["bench", "throughput", "-m", tiny, "--batching", "sometimes"], 2, "--batching")
     expect_error(servelab, "bench throughput: a prompt longer than the context",
-                 ["bench", "throughput", "-m", os.path.join(workdir, "tiny.gguf"), "--limit", "40",
-                  "--no-progress"], 1, "does not fit the context length")
+                 ["bench", "throughput", "-m", os.path.join(workdir, "tiny.gguf"), "--trace", sharegpt,
+                  "--limit", "40", "--no-progress"], 1, "does not fit the context length")
     expect_error(servelab, "bench throughput needs the paged cache",
-                 ["bench", "throughput", "-m", tiny, "--kv-layout", "contiguous"], 1, "paged KV cache")
+                 ["bench", "throughput", "-m", tiny, "--trace", sharegpt, "--kv-layout", "contiguous"], 1,
+                 "paged KV cache")
 
 
 def test_smollm2(servelab, model):
