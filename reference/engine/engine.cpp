@@ -133,7 +133,10 @@ StepOutput Engine::step() {
         const auto tokens =
             std::span(r.tokens).subspan(size_t(r.kv.num_computed_tokens), size_t(c.num_tokens));
         chunks.push_back({StepInput{tokens, r.kv.num_computed_tokens}, &r.kv.table});
-        if (r.num_generated() == 0) out.num_prefill_tokens += c.num_tokens;
+        // A decode token is a running request's one newest token; anything
+        // else (a prompt chunk, a preempted request's recompute) is prefill.
+        const bool decode = r.num_generated() > 0 && r.num_uncomputed() == 1;
+        if (!decode) out.num_prefill_tokens += c.num_tokens;
     }
     std::vector<float> logits;
     if (!chunks.empty()) logits = runner_.forward_batch(chunks, kv_.cache());

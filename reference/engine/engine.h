@@ -67,7 +67,7 @@ struct StepOutput {
     std::vector<TokenEvent> tokens;
     std::vector<FinishedRequest> finished;
     int64_t num_batched_tokens = 0;  // computed this step, all requests together
-    int64_t num_prefill_tokens = 0;  // of those, prompt tokens (the rest are decode tokens)
+    int64_t num_prefill_tokens = 0;  // of those, prompt (or recomputed) tokens; the rest decode
     int64_t num_preempted = 0;
     int64_t num_running = 0;         // after the step
     int64_t num_waiting = 0;         // after the step
