@@ -9,7 +9,8 @@
 
 namespace servelab::cli {
 
-CliGenerator::CliGenerator(const CacheOptions& options, const Model& model, ModelRunner& runner)
+CliGenerator::CliGenerator(const CacheOptions& options, const Model& model, ModelRunner& runner,
+                           const SchedulerConfig& scheduler)
     : options_(options), model_(model), runner_(runner) {
     if (!options.paged(model.config)) return;
     const int64_t budget = options.memory_budget_bytes();
@@ -17,7 +18,7 @@ CliGenerator::CliGenerator(const CacheOptions& options, const Model& model, Mode
         PagedKvCache::blocks_for_budget(model.config, options.block_size, budget);
     pool_ = std::make_unique<PagedKvCache>(model.config, num_blocks, options.block_size);
     manager_ = std::make_unique<KvBlockManager>(*pool_, !options.no_prefix_caching);
-    engine_ = std::make_unique<Engine>(model, runner, *manager_, SchedulerConfig{});
+    engine_ = std::make_unique<Engine>(model, runner, *manager_, scheduler);
     spdlog::info("KV cache: {}", describe());
 }
 

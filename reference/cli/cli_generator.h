@@ -27,9 +27,11 @@ namespace servelab::cli {
 
 class CliGenerator {
   public:
-    // Allocates the paged pool if the flags choose it; logs its size. The
-    // options, model and runner must outlive the generator.
-    CliGenerator(const CacheOptions& options, const Model& model, ModelRunner& runner);
+    // Allocates the paged pool, and the Engine over it with `scheduler`, if
+    // the flags choose it; logs the pool's size. The options, model and
+    // runner must outlive the generator.
+    CliGenerator(const CacheOptions& options, const Model& model, ModelRunner& runner,
+                 const SchedulerConfig& scheduler = {});
 
     // `on_token` streams completion 0.
     std::vector<GenerationResult> generate(std::span<const TokenId> prompt,
@@ -37,6 +39,8 @@ class CliGenerator {
                                            const TokenCallback& on_token = {});
 
     bool paged() const { return manager_ != nullptr; }
+    // The paged engine (for a whole trace: `bench throughput`); null when not paged.
+    Engine* engine() { return engine_.get(); }
     // "paged (…)", "contiguous (f32)" or "none": for logs and bench reports.
     std::string describe() const;
 

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <memory>
 
+#include "reference/cli/cli_generator.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
 #include "reference/cli/machine_info.h"
@@ -186,16 +187,14 @@ void run(const Options& opts) {
             "--no-kv-cache / --kv-dtype");
     }
     ModelRunner runner(model.config, model.weights);
-    const int64_t num_blocks = PagedKvCache::blocks_for_budget(model.config, opts.cache.block_size,
-                                                               opts.cache.memory_budget_bytes());
-    PagedKvCache pool(model.config, num_blocks, opts.cache.block_size);
-    KvBlockManager kv(pool, !opts.cache.no_prefix_caching);
     SchedulerConfig scheduler;
     scheduler.max_num_seqs = opts.max_num_seqs;
     scheduler.max_num_batched_tokens = opts.max_num_batched_tokens;
     scheduler.chunked_prefill = !opts.no_chunked_prefill;
     scheduler.static_batching = opts.batching == "static";
-    Engine engine(model, runner, kv, scheduler);
+    CliGenerator generator(opts.cache, model, runner, scheduler);
+    Engine& engine = *generator.engine();
+    const int64_t num_blocks = engine.kv().cache().num_blocks();
 
     const nlohmann::json config = {
         {"model", model.config.name},
@@ -213,9 +212,7 @@ void run(const Options& opts) {
         {"max_num_seqs", opts.max_num_seqs},
         {"max_num_batched_tokens", opts.max_num_batched_tokens},
         {"chunked_prefill", scheduler.chunked_prefill},
-        {"kv_cache",
-         fmt::format("paged KV cache, {} blocks of {} tokens, prefix caching {}", num_blocks,
-                     pool.block_size(), kv.prefix_caching() ? "on" : "off")},
+        {"kv_cache", "KV cache " + generator.describe()},
         {"num_kv_blocks", num_blocks},
         {"cpu", cpu_model_name()},
         {"threads", omp_get_max_threads()},

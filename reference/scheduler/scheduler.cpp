@@ -79,7 +79,7 @@ void Scheduler::schedule_running(Request& request, int64_t& budget, SchedulerOut
 void Scheduler::admit_waiting(int64_t budget, SchedulerOutput& out) {
     // BEGIN SOLUTION lab05
     // HINT: loop while budget, waiting requests and max_num_seqs allow; next_waiting() picks
-    // HINT: kv_.start gives the prefix-cache hits; num_uncomputed() is what is left to compute
+    // HINT: kv_.start takes the prefix-cache hits; num_uncomputed() is what is left
     // HINT: without chunked prefill the whole rest must fit the budget, else stop admitting
     // HINT: reserve its chunk; if the pool cannot hold it, kv_.finish and stop (it waits)
     // HINT: admitted: out of waiting_, status kRunning, onto running_, chunk into out

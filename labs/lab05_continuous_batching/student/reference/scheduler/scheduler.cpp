@@ -73,7 +73,7 @@ void Scheduler::schedule_running(Request& request, int64_t& budget, SchedulerOut
 
 void Scheduler::admit_waiting(int64_t budget, SchedulerOutput& out) {
     // TODO(lab05): loop while budget, waiting requests and max_num_seqs allow; next_waiting() picks
-    // TODO(lab05): kv_.start gives the prefix-cache hits; num_uncomputed() is what is left to compute
+    // TODO(lab05): kv_.start takes the prefix-cache hits; num_uncomputed() is what is left
     // TODO(lab05): without chunked prefill the whole rest must fit the budget, else stop admitting
     // TODO(lab05): reserve its chunk; if the pool cannot hold it, kv_.finish and stop (it waits)
     // TODO(lab05): admitted: out of waiting_, status kRunning, onto running_, chunk into out
