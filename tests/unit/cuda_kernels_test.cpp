@@ -1,0 +1,209 @@
+// cuda_kernels_test.cpp — the CUDA elementwise kernels against the CPU reference kernels.
+//
+// CUDA backend (issue 7). Built only when nvcc was found; on a machine
+// without a usable GPU every test reports skipped with the runtime's reason.
+// Inputs are fresh random bf16 values, outputs are poisoned (0xFF bytes: NaN
+// in bf16) before each launch, and the shapes include SmolLM2's (576, 1536),
+// tails that do not divide the block size, and a single element. Tolerances
+// (docs/correctness.md): a bf16 result may differ from the fp32 CPU result
+// by its own rounding (relative 2^-8) plus the fp32 arithmetic's, so
+// |gpu - cpu| <= 2^-7 |cpu| + 1e-3; exact where no arithmetic happens.
+#include <gtest/gtest.h>
+
+#ifdef SERVELAB_HAVE_CUDA
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/residual.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
+#include "kernels/cuda/argmax_kernels.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/norm_kernels.h"
+#include "kernels/cuda/rope_kernels.h"
+#include "tests/unit/test_util.h"
+
+namespace servelab {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+std::vector<bf16> to_bf16(const std::vector<float>& values) {
+    std::vector<bf16> out;
+    for (float v : values) out.push_back(__float2bfloat16(v));
+    return out;
+}
+
+std::vector<float> to_float(const std::vector<bf16>& values) {
+    std::vector<float> out;
+    for (bf16 v : values) out.push_back(__bfloat162float(v));
+    return out;
+}
+
+// The bf16 values as floats: what the GPU kernels actually read.
+std::vector<float> rounded(const std::vector<float>& values) {
+    return to_float(to_bf16(values));
+}
+
+template <typename T>
+cuda::DeviceBuffer<T> on_device(const std::vector<T>& host) {
+    cuda::DeviceBuffer<T> buffer(host.size());
+    buffer.upload(host);
+    return buffer;
+}
+
+void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, const char* what) {
+    ASSERT_EQ(gpu.size(), cpu.size());
+    size_t bad = 0;
+    for (size_t i = 0; i < gpu.size(); ++i) {
+        const float bound = 0.0078125f * std::fabs(cpu[i]) + 1e-3f;
+        if (!(std::fabs(gpu[i] - cpu[i]) <= bound)) {  // also catches NaN (the poison)
+            if (++bad <= 3)
+                ADD_FAILURE() << what << "[" << i << "]: gpu " << gpu[i] << ", cpu " << cpu[i];
+        }
+    }
+    EXPECT_EQ(bad, 0u) << what;
+}
+
+class CudaKernels : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        const cuda::DeviceQuery query = cuda::query_devices();
+        if (query.devices.empty()) {
+            GTEST_SKIP() << "no usable GPU: " << (query.error.empty() ? "no devices" : query.error);
+        }
+    }
+    test::RandomSource random_;
+};
+
+TEST_F(CudaKernels, RmsNormEqualsTheCpuKernel) {
+    SCOPED_TRACE(random_.trace());
+    for (const auto& [rows, dim] :
+         {std::pair<int64_t, int64_t>{1, 1}, {3, 576}, {5, 1000}, {2, 4097}}) {
+        const std::vector<float> x = rounded(random_.normal(size_t(rows * dim), 2.0f));
+        const std::vector<float> weight = rounded(random_.uniform(size_t(dim), 0.5f, 1.5f));
+        std::vector<float> expected(x.size());
+        rmsnorm_rows(x.data(), weight.data(), expected.data(), rows, dim, 1e-5f);
+
+        auto x_gpu = on_device(to_bf16(x));
+        auto weight_gpu = on_device(to_bf16(weight));
+        cuda::DeviceBuffer<bf16> out(x.size());
+        out.fill_bytes(0xFF);
+        cuda::rmsnorm_bf16(x_gpu.data(), weight_gpu.data(), out.data(), rows, dim, 1e-5f, 0);
+        expect_close(to_float(out.download()), expected, "rmsnorm");
+    }
+}
+
+TEST_F(CudaKernels, SiluMulEqualsTheCpuSwiglu) {
+    SCOPED_TRACE(random_.trace());
+    for (int64_t n : {int64_t(1), int64_t(255), int64_t(1536 * 3 + 7)}) {
+        const std::vector<float> gate = rounded(random_.normal(size_t(n), 3.0f));
+        const std::vector<float> up = rounded(random_.normal(size_t(n)));
+        std::vector<float> expected(static_cast<size_t>(n));
+        swiglu(gate.data(), up.data(), expected.data(), n);
+
+        auto gate_gpu = on_device(to_bf16(gate));
+        auto up_gpu = on_device(to_bf16(up));
+        cuda::DeviceBuffer<bf16> out(static_cast<size_t>(n));
+        out.fill_bytes(0xFF);
+        cuda::silu_mul_bf16(gate_gpu.data(), up_gpu.data(), out.data(), n, 0);
+        expect_close(to_float(out.download()), expected, "silu_mul");
+    }
+}
+
+TEST_F(CudaKernels, ResidualAddRoundsTheExactSumOnce) {
+    SCOPED_TRACE(random_.trace());
+    const int64_t n = 576 * 5 + 3;
+    const std::vector<float> x = rounded(random_.normal(size_t(n)));
+    const std::vector<float> delta = rounded(random_.normal(size_t(n)));
+    std::vector<float> sum = x;
+    add_inplace(sum.data(), delta.data(), n);
+    const std::vector<float> expected = rounded(sum);  // one rounding of the fp32 sum
+
+    auto x_gpu = on_device(to_bf16(x));
+    auto delta_gpu = on_device(to_bf16(delta));
+    cuda::add_inplace_bf16(x_gpu.data(), delta_gpu.data(), n, 0);
+    EXPECT_EQ(to_float(x_gpu.download()), expected);
+}
+
+TEST_F(CudaKernels, EmbeddingGatherCopiesRowsAndZeroesBadIds) {
+    SCOPED_TRACE(random_.trace());
+    const int64_t vocab_size = 1000, dim = 67;
+    const std::vector<float> table = rounded(random_.normal(size_t(vocab_size * dim)));
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 37; ++i) ids.push_back(int32_t(random_.integer(0, vocab_size - 1)));
+    ids.push_back(-1);                   // never produced by the host, which validates ids;
+    ids.push_back(int32_t(vocab_size));  // the kernel still must not read outside the table
+    std::vector<float> expected;
+    for (int32_t id : ids) {
+        for (int64_t d = 0; d < dim; ++d) {
+            expected.push_back(id >= 0 && id < vocab_size ? table[size_t(id * dim + d)] : 0.0f);
+        }
+    }
+    auto table_gpu = on_device(to_bf16(table));
+    auto ids_gpu = on_device(ids);
+    cuda::DeviceBuffer<bf16> out(expected.size());
+    out.fill_bytes(0xFF);
+    cuda::embedding_gather_bf16(table_gpu.data(), ids_gpu.data(), out.data(), int64_t(ids.size()),
+                                dim, vocab_size, 0);
+    EXPECT_EQ(to_float(out.download()), expected);
+}
+
+TEST_F(CudaKernels, RopeEqualsTheCpuKernelAtLongPositions) {
+    SCOPED_TRACE(random_.trace());
+    // SmolLM2's heads (64 wide, all rotated) and a partial rotation (rope_dim < head_dim).
+    for (const RopeParams& params : {RopeParams{64, 64, 100000.0f}, RopeParams{80, 32, 10000.0f}}) {
+        const int64_t num_tokens = 9, num_heads = 3, max_positions = 8192;
+        const std::vector<float> x =
+            rounded(random_.normal(static_cast<size_t>(num_tokens * num_heads * params.head_dim)));
+        std::vector<int64_t> positions;
+        std::vector<int32_t> positions32;
+        for (int64_t t = 0; t < num_tokens; ++t) {
+            positions.push_back(t == 0 ? 0 : random_.integer(1, max_positions - 1));
+            positions32.push_back(int32_t(positions.back()));
+        }
+        std::vector<float> expected = x;
+        rope_apply_rows(expected.data(), positions.data(), num_tokens, num_heads, params);
+
+        auto x_gpu = on_device(to_bf16(x));
+        auto positions_gpu = on_device(positions32);
+        auto table_gpu = on_device(cuda::rope_cos_sin_table(params, max_positions));
+        cuda::rope_bf16(x_gpu.data(), positions_gpu.data(), table_gpu.data(), num_tokens, num_heads,
+                        params, 0);
+        expect_close(to_float(x_gpu.download()), expected, "rope");
+    }
+}
+
+TEST_F(CudaKernels, ArgmaxPicksTheLargestLogitAndTheFirstOfTies) {
+    SCOPED_TRACE(random_.trace());
+    const int64_t rows = 5, vocab_size = 49152 + 3;  // SmolLM2's vocabulary and a tail
+    std::vector<float> logits = random_.normal(static_cast<size_t>(rows * vocab_size), 4.0f);
+    // Row 1: a tie between two maxima; row 2: the maximum in the last slot;
+    // row 3: every logit -inf (a fully masked row picks index 0, as on the CPU).
+    const auto at = [&](int64_t row, int64_t i) -> float& {
+        return logits[size_t(row * vocab_size + i)];
+    };
+    at(1, 777) = at(1, 40000) = 100.0f;
+    at(2, vocab_size - 1) = 100.0f;
+    for (int64_t i = 0; i < vocab_size; ++i) at(3, i) = -INFINITY;
+    std::vector<int32_t> expected;
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* row = logits.data() + r * vocab_size;
+        expected.push_back(int32_t(std::max_element(row, row + vocab_size) - row));
+    }
+    EXPECT_EQ(expected[1], 777);
+
+    auto logits_gpu = on_device(logits);
+    cuda::DeviceBuffer<int32_t> out(static_cast<size_t>(rows));
+    out.fill_bytes(0xFF);
+    cuda::argmax_rows_f32(logits_gpu.data(), out.data(), rows, vocab_size, 0);
+    EXPECT_EQ(out.download(), expected);
+}
+
+}  // namespace
+}  // namespace servelab
+#endif
