@@ -15,7 +15,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/residual.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
@@ -23,6 +25,7 @@
 #include "kernels/cuda/argmax_kernels.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/norm_kernels.h"
 #include "kernels/cuda/rope_kernels.h"
 #include "tests/unit/test_util.h"
@@ -202,6 +205,50 @@ TEST_F(CudaKernels, ArgmaxPicksTheLargestLogitAndTheFirstOfTies) {
     out.fill_bytes(0xFF);
     cuda::argmax_rows_f32(logits_gpu.data(), out.data(), rows, vocab_size, 0);
     EXPECT_EQ(out.download(), expected);
+}
+
+// ‖gpu − cpu‖ / ‖cpu‖ over the whole output: a GEMM's single elements can
+// cancel to near 0, where an elementwise relative bound means nothing.
+double relative_norm_error(const std::vector<float>& gpu, const std::vector<float>& cpu) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < cpu.size(); ++i) {
+        diff += (double(gpu[i]) - cpu[i]) * (double(gpu[i]) - cpu[i]);
+        norm += double(cpu[i]) * cpu[i];
+    }
+    return std::sqrt(diff / norm);
+}
+
+TEST_F(CudaKernels, CublasGemmEqualsTheCpuMatmul) {
+    SCOPED_TRACE(random_.trace());
+    cuda::CublasHandle cublas;
+    // SmolLM2's projections (576 -> 576, 576 -> 1536, 1536 -> 576), its
+    // output head (576 -> 49152), and odd sizes.
+    for (const auto& [tokens, in, out] : {std::tuple<int64_t, int64_t, int64_t>{1, 576, 576},
+                                          {7, 576, 1536},
+                                          {33, 1536, 576},
+                                          {3, 576, 49152},
+                                          {5, 101, 77}}) {
+        const std::vector<float> x = rounded(random_.normal(static_cast<size_t>(tokens * in)));
+        const std::vector<float> w = rounded(random_.normal(static_cast<size_t>(out * in), 0.05f));
+        std::vector<float> expected(static_cast<size_t>(tokens * out));
+        matmul_plain(x.data(), w.data(), expected.data(), tokens, in, out);
+
+        auto x_gpu = on_device(to_bf16(x));
+        auto w_gpu = on_device(to_bf16(w));
+        cuda::DeviceBuffer<bf16> y_bf16(expected.size());
+        cuda::DeviceBuffer<float> y_f32(expected.size());
+        y_bf16.fill_bytes(0xFF);
+        y_f32.fill_bytes(0xFF);
+        cuda::gemm_bf16(cublas, x_gpu.data(), w_gpu.data(), y_bf16.data(), tokens, in, out, 0);
+        cuda::gemm_bf16_f32_out(cublas, x_gpu.data(), w_gpu.data(), y_f32.data(), tokens, in, out,
+                                0);
+        // bf16 output: one rounding (2^-8 relative) per element; fp32 output:
+        // only the summation order differs from the CPU's.
+        EXPECT_LT(relative_norm_error(to_float(y_bf16.download()), expected), 8e-3)
+            << tokens << "x" << in << "x" << out;
+        EXPECT_LT(relative_norm_error(y_f32.download(), expected), 1e-4)
+            << tokens << "x" << in << "x" << out;
+    }
 }
 
 }  // namespace
