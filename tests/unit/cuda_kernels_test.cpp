@@ -15,9 +15,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <tuple>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/residual.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
@@ -27,6 +29,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/norm_kernels.h"
+#include "kernels/cuda/paged_decode_attention.h"
 #include "kernels/cuda/rope_kernels.h"
 #include "tests/unit/test_util.h"
 
@@ -248,6 +251,62 @@ TEST_F(CudaKernels, CublasGemmEqualsTheCpuMatmul) {
             << tokens << "x" << in << "x" << out;
         EXPECT_LT(relative_norm_error(y_f32.download(), expected), 1e-4)
             << tokens << "x" << in << "x" << out;
+    }
+}
+
+TEST_F(CudaKernels, PagedDecodeAttentionEqualsTheCpuPagedAttention) {
+    SCOPED_TRACE(random_.trace());
+    struct Case {
+        int64_t heads, kv_heads, head_dim, block_size;
+    };
+    // SmolLM2 (9:3, 64 wide), MQA (8:1, 128 wide), MHA (4:4, 80 wide); block sizes 16, 7, 1.
+    for (const Case& c : {Case{9, 3, 64, 16}, Case{8, 1, 128, 7}, Case{4, 4, 80, 1}}) {
+        std::vector<int32_t> lens = {1, int32_t(c.block_size), 700};
+        for (int i = 0; i < 3; ++i) lens.push_back(int32_t(random_.integer(2, 400)));
+        const int64_t num_seqs = int64_t(lens.size());
+        int64_t max_blocks = 0, total_blocks = 0;
+        for (int32_t len : lens) {
+            max_blocks = std::max(max_blocks, (len + c.block_size - 1) / c.block_size);
+            total_blocks += (len + c.block_size - 1) / c.block_size;
+        }
+        // Every sequence's blocks are scattered through the pool in random order.
+        std::vector<int32_t> physical(static_cast<size_t>(total_blocks + 5));
+        std::iota(physical.begin(), physical.end(), 0);
+        std::shuffle(physical.begin(), physical.end(), random_.engine());
+        std::vector<int32_t> tables(static_cast<size_t>(num_seqs * max_blocks), -1);
+        size_t next = 0;
+        for (int64_t s = 0; s < num_seqs; ++s) {
+            for (int64_t b = 0; b < (lens[size_t(s)] + c.block_size - 1) / c.block_size; ++b) {
+                tables[size_t(s * max_blocks + b)] = physical[next++];
+            }
+        }
+        const size_t pool_size = physical.size() * size_t(c.block_size * c.kv_heads * c.head_dim);
+        const std::vector<float> keys = rounded(random_.normal(pool_size));
+        const std::vector<float> values = rounded(random_.normal(pool_size));
+        const size_t q_size = size_t(num_seqs * c.heads * c.head_dim);
+        const std::vector<float> q = rounded(random_.normal(q_size));
+
+        std::vector<float> expected(q_size);
+        for (int64_t s = 0; s < num_seqs; ++s) {
+            const AttentionShape shape{1, lens[size_t(s)], c.heads, c.kv_heads, c.head_dim};
+            const size_t offset = size_t(s * c.heads * c.head_dim);
+            paged_attention(q.data() + offset, keys.data(), values.data(),
+                            tables.data() + s * max_blocks, c.block_size, expected.data() + offset,
+                            shape);
+        }
+
+        auto q_gpu = on_device(to_bf16(q));
+        auto keys_gpu = on_device(to_bf16(keys));
+        auto values_gpu = on_device(to_bf16(values));
+        auto tables_gpu = on_device(tables);
+        auto lens_gpu = on_device(lens);
+        cuda::DeviceBuffer<bf16> out(q_size);
+        out.fill_bytes(0xFF);
+        const cuda::PagedDecodeShape shape{num_seqs,     c.heads,    c.kv_heads, c.head_dim,
+                                           c.block_size, max_blocks, 700};
+        cuda::paged_decode_attention_bf16(q_gpu.data(), keys_gpu.data(), values_gpu.data(),
+                                          tables_gpu.data(), lens_gpu.data(), out.data(), shape, 0);
+        expect_close(to_float(out.download()), expected, "paged decode attention");
     }
 }
 
