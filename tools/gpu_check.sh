@@ -15,9 +15,11 @@
 #       run(command="bash tools/gpu_check.sh", carry=[".gpu_deps"], timeout_s=420)
 #   tools/gpu_check.sh --build-only   compile only (what `make test` runs here)
 #
-# Not measured yet (issue 7 is in progress): per-kernel GB/s against the
-# copy bandwidth, cuBLAS rates, end-to-end decode tokens/s and the
-# transformers peer. They come with the device engine.
+# It prints two tables: the tests (each CUDA kernel against its CPU
+# reference), then each kernel's rate against the copy bandwidth and the
+# cuBLAS bf16 rate it measures first (tools/gpu_check/kernel_bench.cpp).
+# Not measured yet (issue 7 is in progress): end-to-end decode and prefill
+# tokens/s and the transformers peer; they come with the device engine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=check
@@ -71,4 +73,6 @@ for suite in report["testsuites"]:
         print(f"{suite['name'] + '.' + t['name']:<62} {result:>8} {t['time'].rstrip('s'):>8}")
 print(", ".join(f"{n} {r}" for r, n in sorted(counts.items())))
 PY
+echo
+"$build/cuda_kernel_bench" 2>&1 | tee "$out/kernel_bench.txt" || status=1
 exit $status

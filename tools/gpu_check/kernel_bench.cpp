@@ -1,0 +1,181 @@
+// kernel_bench.cpp — how fast each CUDA kernel runs, against the ceilings it measures first.
+//
+// CUDA backend (issue 7), run by tools/gpu_check.sh on the GPU machine. It
+// first measures the two ceilings of the card as found (METHOD.md): device
+// memory bandwidth, by a large device-to-device copy (bytes read + written),
+// and the bf16 matrix rate, by an 8192³ cuBLAS GEMM. Then it times each
+// kernel on a size that fills the chip and prints its rate as a fraction of
+// the matching ceiling: bytes moved (each input read once, each output
+// written once) over time for the memory-bound kernels. Times are CUDA-event
+// medians of 20 launches after 3 warm-ups, on random inputs (never zeros).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/argmax_kernels.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/norm_kernels.h"
+#include "kernels/cuda/paged_decode_attention.h"
+#include "kernels/cuda/rope_kernels.h"
+
+namespace {
+
+using namespace servelab;
+using bf16 = __nv_bfloat16;
+
+// Median time of `launch` in ms, by CUDA events.
+double median_ms(const std::function<void()>& launch) {
+    for (int i = 0; i < 3; ++i) launch();
+    cudaEvent_t start, stop;
+    SERVELAB_CUDA_CHECK(cudaEventCreate(&start));
+    SERVELAB_CUDA_CHECK(cudaEventCreate(&stop));
+    std::vector<double> times;
+    for (int i = 0; i < 20; ++i) {
+        SERVELAB_CUDA_CHECK(cudaEventRecord(start));
+        launch();
+        SERVELAB_CUDA_CHECK(cudaEventRecord(stop));
+        SERVELAB_CUDA_CHECK(cudaEventSynchronize(stop));
+        float ms = 0;
+        SERVELAB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        times.push_back(ms);
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+}
+
+template <typename T>
+cuda::DeviceBuffer<T> random_buffer(size_t count, std::mt19937& rng, float scale = 1.0f) {
+    std::normal_distribution<float> normal(0.0f, scale);
+    std::vector<T> host(count);
+    for (T& v : host) v = T(normal(rng));
+    cuda::DeviceBuffer<T> buffer(count);
+    buffer.upload(host);
+    return buffer;
+}
+
+void row(const char* name, const std::string& size, double ms, double rate, const char* unit,
+         double ceiling) {
+    std::printf("%-24s %-28s %9.3f %9.1f %-7s %5.0f%%\n", name, size.c_str(), ms, rate, unit,
+                100.0 * rate / ceiling);
+}
+
+}  // namespace
+
+int main() {
+    const cuda::DeviceQuery query = cuda::query_devices();
+    if (query.devices.empty()) {
+        std::printf("kernel_bench: no usable GPU (%s)\n", query.error.c_str());
+        return 0;
+    }
+    std::printf("%s, %d SMs\n", query.devices[0].name.c_str(), query.devices[0].multiprocessors);
+    std::mt19937 rng(2026);
+    const double GB = 1e9;
+
+    // Ceilings.
+    const size_t copy_bytes = static_cast<size_t>(1) << 30;
+    cuda::DeviceBuffer<char> from(copy_bytes), to(copy_bytes);
+    from.fill_bytes(0x5A);
+    const double copy_ms = median_ms([&] {
+        SERVELAB_CUDA_CHECK(
+            cudaMemcpyAsync(to.data(), from.data(), copy_bytes, cudaMemcpyDeviceToDevice));
+    });
+    const double copy_gbs = 2.0 * double(copy_bytes) / (copy_ms / 1e3) / GB;
+    cuda::CublasHandle cublas;
+    const int64_t n = 8192;
+    auto a = random_buffer<bf16>(static_cast<size_t>(n * n), rng);
+    auto b = random_buffer<bf16>(static_cast<size_t>(n * n), rng, 0.02f);
+    cuda::DeviceBuffer<bf16> c(static_cast<size_t>(n * n));
+    const double gemm_ms =
+        median_ms([&] { cuda::gemm_bf16(cublas, a.data(), b.data(), c.data(), n, n, n, 0); });
+    const double gemm_tflops = 2.0 * double(n) * n * n / (gemm_ms / 1e3) / 1e12;
+
+    std::printf("\n%-24s %-28s %9s %9s %-7s %6s\n", "kernel", "size", "ms", "rate", "unit",
+                "of ceil");
+    row("copy (ceiling)", "1 GiB device to device", copy_ms, copy_gbs, "GB/s", copy_gbs);
+    row("cuBLAS bf16 (ceiling)", "8192 x 8192 x 8192", gemm_ms, gemm_tflops, "TFLOP/s",
+        gemm_tflops);
+
+    {  // RMSNorm: read x and write out once (the weight is small).
+        const int64_t rows = 16384, dim = 4096;
+        auto x = random_buffer<bf16>(static_cast<size_t>(rows * dim), rng);
+        auto w = random_buffer<bf16>(static_cast<size_t>(dim), rng);
+        cuda::DeviceBuffer<bf16> out(static_cast<size_t>(rows * dim));
+        const double ms = median_ms(
+            [&] { cuda::rmsnorm_bf16(x.data(), w.data(), out.data(), rows, dim, 1e-5f, 0); });
+        row("rmsnorm", "16384 x 4096", ms, 2.0 * 2 * rows * dim / (ms / 1e3) / GB, "GB/s",
+            copy_gbs);
+    }
+    {  // SiLU-and-multiply: read gate and up, write out.
+        const int64_t count = int64_t(1) << 26;
+        auto gate = random_buffer<bf16>(static_cast<size_t>(count), rng);
+        auto up = random_buffer<bf16>(static_cast<size_t>(count), rng);
+        cuda::DeviceBuffer<bf16> out(static_cast<size_t>(count));
+        const double ms =
+            median_ms([&] { cuda::silu_mul_bf16(gate.data(), up.data(), out.data(), count, 0); });
+        row("silu_mul", "2^26 elements", ms, 3.0 * 2 * count / (ms / 1e3) / GB, "GB/s", copy_gbs);
+    }
+    {  // RoPE in place: read and write every rotated element.
+        const int64_t tokens = 16384, heads = 32;
+        const RopeParams params{128, 128, 10000.0f};
+        auto x = random_buffer<bf16>(static_cast<size_t>(tokens * heads * 128), rng);
+        std::vector<int32_t> positions(static_cast<size_t>(tokens));
+        for (int64_t t = 0; t < tokens; ++t) positions[static_cast<size_t>(t)] = int32_t(t % 8192);
+        cuda::DeviceBuffer<int32_t> positions_gpu(positions.size());
+        positions_gpu.upload(positions);
+        const std::vector<float> table = cuda::rope_cos_sin_table(params, 8192);
+        cuda::DeviceBuffer<float> table_gpu(table.size());
+        table_gpu.upload(table);
+        const double ms = median_ms([&] {
+            cuda::rope_bf16(x.data(), positions_gpu.data(), table_gpu.data(), tokens, heads, params,
+                            0);
+        });
+        row("rope", "16384 tokens x 32 x 128", ms, 2.0 * 2 * tokens * heads * 128 / (ms / 1e3) / GB,
+            "GB/s", copy_gbs);
+    }
+    {  // Argmax: read every logit once.
+        const int64_t rows = 256, vocab = 128000;
+        auto logits = random_buffer<float>(static_cast<size_t>(rows * vocab), rng);
+        cuda::DeviceBuffer<int32_t> out(static_cast<size_t>(rows));
+        const double ms =
+            median_ms([&] { cuda::argmax_rows_f32(logits.data(), out.data(), rows, vocab, 0); });
+        row("argmax", "256 x 128000 fp32", ms, 4.0 * rows * vocab / (ms / 1e3) / GB, "GB/s",
+            copy_gbs);
+    }
+    {  // Paged decode attention: the least it must read is every K and V row once.
+        const int64_t seqs = 64, heads = 32, kv_heads = 8, head_dim = 128, block = 16,
+                      context = 4096;
+        const int64_t blocks_per_seq = context / block, num_blocks = seqs * blocks_per_seq;
+        auto q = random_buffer<bf16>(static_cast<size_t>(seqs * heads * head_dim), rng);
+        auto keys =
+            random_buffer<bf16>(static_cast<size_t>(num_blocks * block * kv_heads * head_dim), rng);
+        auto values =
+            random_buffer<bf16>(static_cast<size_t>(num_blocks * block * kv_heads * head_dim), rng);
+        std::vector<int32_t> tables(static_cast<size_t>(num_blocks));
+        for (int64_t i = 0; i < num_blocks; ++i) tables[static_cast<size_t>(i)] = int32_t(i);
+        std::shuffle(tables.begin(), tables.end(), rng);
+        cuda::DeviceBuffer<int32_t> tables_gpu(tables.size());
+        tables_gpu.upload(tables);
+        cuda::DeviceBuffer<int32_t> lens(static_cast<size_t>(seqs));
+        lens.upload(std::vector<int32_t>(static_cast<size_t>(seqs), int32_t(context)));
+        cuda::DeviceBuffer<bf16> out(static_cast<size_t>(seqs * heads * head_dim));
+        const cuda::PagedDecodeShape shape{seqs,  heads,          kv_heads, head_dim,
+                                           block, blocks_per_seq, context};
+        const double ms = median_ms([&] {
+            cuda::paged_decode_attention_bf16(q.data(), keys.data(), values.data(),
+                                              tables_gpu.data(), lens.data(), out.data(), shape, 0);
+        });
+        row("paged decode (plain)", "64 seqs x 4096, 32:8 x 128", ms,
+            2.0 * 2 * seqs * context * kv_heads * head_dim / (ms / 1e3) / GB, "GB/s", copy_gbs);
+    }
+    return 0;
+}
