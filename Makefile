@@ -42,9 +42,12 @@ goldens: setup
 
 # Grade a lab: make grade LAB=1 (builds the lab, runs its tests and its
 # throughput case against the reference, writes labs/labNN_<name>/results.json).
+# TRACK=cuda grades the lab's GPU track (manifest_cuda.json -> results_cuda.json);
+# without a GPU or nvcc it says so and exits 77 instead of giving a score.
+TRACK ?= cpu
 grade: setup
 	@cmake --preset release >/dev/null
-	@.venv/bin/python tools/grade.py --lab $(LAB) --build-dir build/release
+	@.venv/bin/python tools/grade.py --lab $(LAB) --track $(TRACK) --build-dir build/release
 
 bench: build
 	@build/release/servelab bench --model $(MODEL)

@@ -31,12 +31,24 @@ joined by ':', optionally followed by '-' and patterns to leave out.
 Tests are always run with OMP_NUM_THREADS=1 unless it is set; the speed
 comparison inherits OMP_NUM_THREADS, default 2.
 
+Tracks. A lab may have a GPU track besides its CPU one: `--track cuda` reads
+manifest_cuda.json (which says "track": "cuda"), builds and runs
+labNN_cuda_tests (the lab's CUDA kernels from student/*.cu, everything else
+the reference) and writes results_cuda.json. A GPU track is not graded where
+it cannot run, and says so instead of giving a score: when the build folder
+was configured without CUDA (no nvcc, or SERVELAB_CUDA=OFF), or when every
+graded test was skipped (no usable GPU: the runtime's reason, as the tests
+print it). A CUDA kernel cannot throw, so an unwritten one prints
+"not implemented: labNN: <kernel>" and writes nothing; that line is added to
+its failing tests' messages.
+
 Exit status: 0 when a grade was written (whatever the score); 1 when
 --min-score / --max-score (percent of the maximum) is not met, for self-tests;
 2 when the grader could not grade (bad manifest, bad arguments, grader bug) —
-results.json then holds a failing "grader error" entry.
+results.json then holds a failing "grader error" entry; 77 when the track
+could not run here (results.json says why; ctest's SKIP_RETURN_CODE).
 
-Usage: grade.py --lab N [--build-dir build/release] [--no-build]
+Usage: grade.py --lab N [--track cpu|cuda] [--build-dir build/release] [--no-build]
                 [--student-tests PATH] [--student-cli PATH] [--reference-cli PATH]
                 [--manifest PATH] [--model PATH] [--repetitions K]
                 [--out results.json] [--min-score X] [--max-score X]
@@ -66,6 +78,12 @@ OUTPUT_LIMIT = 2000          # characters of output kept per results.json entry
 BUILD_LOG_LINES = 60         # compiler lines shown when the build fails
 LAST_OUTPUT_LINES = 15       # program lines shown when a run crashes
 NOISY_SPREAD = 0.2           # runs differing more than this: extra rounds, and a note
+NOT_GRADED_EXIT = 77         # the track cannot run here (the automake/ctest "skipped" code)
+TRACK_MANIFESTS = {"cpu": "manifest.json", "cuda": "manifest_cuda.json"}
+
+
+class NotGraded(Exception):
+    """The track cannot run on this machine or build; the message says why."""
 
 
 # --------------------------------------------------------------------------- manifest
@@ -101,11 +119,26 @@ class Lab:
     timeout_s: float
     groups: list
     throughput: Throughput = None
+    track: str = "cpu"
 
     @property
     def tag(self):
         """'lab01' for lab 1: the prefix of the lab's build targets."""
         return f"lab{self.number:02d}"
+
+    @property
+    def test_target(self):
+        """The lab's test binary for this track: lab01_tests, lab01_cuda_tests."""
+        return f"{self.tag}_tests" if self.track == "cpu" else f"{self.tag}_{self.track}_tests"
+
+    @property
+    def results_name(self):
+        return "results.json" if self.track == "cpu" else f"results_{self.track}.json"
+
+    @property
+    def title(self):
+        track = "" if self.track == "cpu" else f", {self.track} track"
+        return f"lab {self.number:02d} ({self.name}{track})"
 
     @property
     def max_score(self):
@@ -171,11 +204,13 @@ def parse_throughput(table, default_timeout):
     return spec
 
 
-def parse_manifest(data, lab_number, folder):
+def parse_manifest(data, lab_number, folder, track="cpu"):
     """Checks a loaded manifest and returns a Lab; raises ManifestError."""
     require(isinstance(data, dict), "manifest", "must be a JSON object")
     require(data.get("lab") == lab_number and not isinstance(data.get("lab"), bool), "manifest",
             f"says lab {data.get('lab')!r}, but --lab is {lab_number}")
+    require(data.get("track", "cpu") == track, "manifest",
+            f"is for the {data.get('track', 'cpu')!r} track, but --track is {track}")
     name = data.get("name")
     require(isinstance(name, str) and name.strip(), "name", "must be a non-empty string")
     timeout_s = data.get("timeout_s", DEFAULT_TIMEOUT_S)
@@ -190,7 +225,7 @@ def parse_manifest(data, lab_number, folder):
     if data.get("throughput") is not None:
         throughput = parse_throughput(data["throughput"], timeout_s)
         require(throughput.name not in names, "throughput.name", "is also a group name")
-    return Lab(lab_number, name, folder, timeout_s, parsed, throughput)
+    return Lab(lab_number, name, folder, timeout_s, parsed, throughput, track)
 
 
 def find_lab_folder(lab_number):
@@ -199,13 +234,15 @@ def find_lab_folder(lab_number):
     return folders[0] if len(folders) == 1 else None
 
 
-def load_lab(lab_number, manifest_path=None):
-    """Reads and checks the lab's manifest; raises ManifestError."""
+def load_lab(lab_number, manifest_path=None, track="cpu"):
+    """Reads and checks the lab's manifest for a track; raises ManifestError."""
     if manifest_path is None:
         folder = find_lab_folder(lab_number)
         if folder is None:
             raise ManifestError(f"no single lab folder labs/lab{lab_number:02d}_<name>/ in {REPO_ROOT}")
-        manifest_path = folder / "manifest.json"
+        manifest_path = folder / TRACK_MANIFESTS[track]
+        if track != "cpu" and not manifest_path.is_file():
+            raise ManifestError(f"lab {lab_number} has no {track} track ({manifest_path} is missing)")
     manifest_path = Path(manifest_path)
     try:
         data = json.loads(manifest_path.read_text(encoding="utf-8"))
@@ -214,7 +251,7 @@ def load_lab(lab_number, manifest_path=None):
     except json.JSONDecodeError as error:
         raise ManifestError(f"{manifest_path}: not valid JSON: {error}") from None
     try:
-        lab = parse_manifest(data, lab_number, manifest_path.parent)
+        lab = parse_manifest(data, lab_number, manifest_path.parent, track)
     except ManifestError as error:
         raise ManifestError(f"{manifest_path}: {error}") from None
     expected_folder = f"lab{lab_number:02d}_{lab.name}"
@@ -358,6 +395,8 @@ def describe_failed_run(run, running_test=None):
 class TestResult:
     passed: bool
     message: str = ""
+    skipped: bool = False
+    skip_reason: str = ""  # what the test's GTEST_SKIP() said, when it printed it
 
 
 def matches_filter(test_name, gtest_filter):
@@ -399,7 +438,7 @@ def test_result(test):
     if failures:
         return TestResult(False, "\n".join(failures))
     if test.get("result") == "SKIPPED":
-        return TestResult(False, "skipped (a skipped test earns no points)")
+        return TestResult(False, "skipped (a skipped test earns no points)", skipped=True)
     if test.get("status", "RUN") != "RUN" or test.get("result") == "SUPPRESSED":
         return None
     return TestResult(True)
@@ -415,6 +454,44 @@ def running_test_at_end(output):
                 and current in line:
             current = None
     return current
+
+
+def output_by_test(output):
+    """{'Suite.Test': the lines the test printed between its RUN line and its result line}."""
+    printed, current = {}, None
+    for line in output.splitlines():
+        if line.startswith("[ RUN      ] "):
+            current = line[len("[ RUN      ] "):].strip()
+            printed[current] = []
+        elif line.startswith(("[       OK ]", "[  FAILED  ]", "[  SKIPPED ]")):
+            current = None
+        elif current:
+            printed[current].append(line)
+    return printed
+
+
+def skip_reason(lines):
+    """The message of a GTEST_SKIP() (the line after 'file:line: Skipped'), or ''."""
+    for i, line in enumerate(lines[:-1]):
+        if line.rstrip().endswith(": Skipped") and lines[i + 1].strip():
+            return lines[i + 1].strip()
+    return ""
+
+
+def explain_results(results, output):
+    """Adds what the tests printed to their results: a skipped test's reason, and the
+    'not implemented: ...' line an unwritten CUDA kernel prints (it cannot throw)."""
+    for name, lines in output_by_test(output).items():
+        result = results.get(name)
+        if result is None or result.passed:
+            continue
+        reason = skip_reason(lines)
+        if result.skipped and reason:
+            result.message = f"skipped: {reason} (a skipped test earns no points)"
+            result.skip_reason = reason
+        unwritten = [line.strip() for line in lines if line.startswith("not implemented: ")]
+        if unwritten and unwritten[0] not in result.message:
+            result.message = f"{unwritten[0]}\n{result.message}"
 
 
 def gtest_environment():
@@ -449,6 +526,7 @@ def run_tests(binary, gtest_filter, timeout_s):
         result = test_result(test)
         if result is not None:
             results[name] = result
+    explain_results(results, run.stdout)
     return results, run
 
 
@@ -546,7 +624,18 @@ def grade_tests(binary, lab):
         return [Entry(group.name, 0, group.points, message, passed=False) for group in lab.groups]
     members = {group.name: [n for n in names if matches_filter(n, group.filter)] for group in lab.groups}
     results = collect_results(binary, lab, members)
+    if lab.track != "cpu":
+        graded = {name for names in members.values() for name in names}
+        check_not_all_skipped({name: results[name] for name in graded})
     return [group_entry(group, members[group.name], results) for group in lab.groups]
+
+
+def check_not_all_skipped(results):
+    """A GPU track whose every graded test was skipped ran nowhere: raise NotGraded.
+    (Some skipped, some run: graded, and the skipped ones earn nothing, as on the CPU.)"""
+    if results and all(result.skipped for result in results.values()):
+        reasons = sorted({result.skip_reason or "no reason printed" for result in results.values()})
+        raise NotGraded(f"every test was skipped: {'; '.join(reasons)}")
 
 
 # --------------------------------------------------------------------------- throughput
@@ -652,10 +741,30 @@ def fmt_runs(values):
 
 # --------------------------------------------------------------------------- build
 
+def cuda_unavailable(build_dir):
+    """Why `build_dir` has no CUDA targets (configured without CUDA), or None.
+
+    Read from its CMakeCache.txt: SERVELAB_CUDA=OFF, or no CMAKE_CUDA_COMPILER
+    (check_language(CUDA) found no nvcc). None also when there is no cache
+    yet: the build then says what is wrong."""
+    try:
+        lines = (Path(build_dir) / "CMakeCache.txt").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    cache = dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith(("#", "//")))
+    cache = {key.split(":")[0]: value for key, value in cache.items()}
+    if cache.get("SERVELAB_CUDA", "ON").upper() in ("OFF", "0", "FALSE", "NO"):
+        return f"{build_dir} was configured with SERVELAB_CUDA=OFF (CPU only)"
+    compiler = cache.get("CMAKE_CUDA_COMPILER", "")
+    if not compiler or compiler.endswith("NOTFOUND"):
+        return f"{build_dir} was configured without CUDA: nvcc was not found"
+    return None
+
+
 def build(build_dir, lab):
     """Builds the lab's targets; returns None on success, else a failing 'compilation' entry."""
-    command = ["cmake", "--build", str(build_dir), "--target",
-               f"{lab.tag}_tests", f"servelab-{lab.tag}", "servelab"]
+    clis = [f"servelab-{lab.tag}", "servelab"] if lab.track == "cpu" or lab.throughput else []
+    command = ["cmake", "--build", str(build_dir), "--target", lab.test_target, *clis]
     print(f"grade: {' '.join(command)}", file=sys.stderr)
     try:
         run = run_program(command, BUILD_TIMEOUT_S, merge_stderr=True)
@@ -674,13 +783,18 @@ def build(build_dir, lab):
 def parse_args(argv):
     parser = argparse.ArgumentParser(description="Grade one servelab lab; writes results.json.")
     parser.add_argument("--lab", type=int, required=True, help="lab number, e.g. 1")
+    parser.add_argument("--track", choices=sorted(TRACK_MANIFESTS), default="cpu",
+                        help="cpu (manifest.json) or cuda (manifest_cuda.json, needs a GPU)")
     parser.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR)
-    parser.add_argument("--student-tests", type=Path, help="default BUILD/labNN_tests")
+    parser.add_argument("--student-tests", type=Path,
+                        help="default BUILD/labNN_tests (cuda track: BUILD/labNN_cuda_tests)")
     parser.add_argument("--student-cli", type=Path, help="default BUILD/servelab-labNN")
     parser.add_argument("--reference-cli", type=Path, help="default BUILD/servelab")
-    parser.add_argument("--manifest", type=Path, help="default labs/labNN_<name>/manifest.json")
+    parser.add_argument("--manifest", type=Path,
+                        help="default labs/labNN_<name>/manifest.json (cuda: manifest_cuda.json)")
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="replaces {model} in bench args")
-    parser.add_argument("--out", type=Path, help="default labs/labNN_<name>/results.json")
+    parser.add_argument("--out", type=Path,
+                        help="default labs/labNN_<name>/results.json (cuda: results_cuda.json)")
     parser.add_argument("--no-build", action="store_true", help="grade the binaries as they are")
     parser.add_argument("--repetitions", type=int, help="bench runs per CLI (overrides the manifest)")
     parser.add_argument("--min-score", type=float, help="exit 1 if the score is below this percent")
@@ -696,12 +810,16 @@ def parse_args(argv):
 def grade(lab, args):
     """Builds (unless --no-build) and grades; returns (entries, leaderboard)."""
     build_dir = args.build_dir
+    if lab.track == "cuda" and args.student_tests is None:
+        reason = cuda_unavailable(build_dir)
+        if reason:
+            raise NotGraded(f"the CUDA track is unavailable: {reason}")
     if not args.no_build:
         failure = build(build_dir, lab)
         if failure is not None:
             return [failure], []
-    print(f"grade: running the {lab.tag} tests", file=sys.stderr)
-    entries = grade_tests(args.student_tests or build_dir / f"{lab.tag}_tests", lab)
+    print(f"grade: running the {lab.test_target} tests", file=sys.stderr)
+    entries = grade_tests(args.student_tests or build_dir / lab.test_target, lab)
     leaderboard = []
     if lab.throughput is not None:
         if args.repetitions is not None:
@@ -718,7 +836,8 @@ def grade(lab, args):
 def default_out(args):
     """Where results.json goes when the manifest could not be read."""
     folder = find_lab_folder(args.lab)
-    return (folder / "results.json") if folder else Path("results.json")
+    name = "results.json" if args.track == "cpu" else f"results_{args.track}.json"
+    return (folder / name) if folder else Path(name)
 
 
 def threshold_exit_code(args, entries):
@@ -736,10 +855,14 @@ def threshold_exit_code(args, entries):
 def main(argv=None):
     args = parse_args(argv)
     started = time.monotonic()
-    lab, entries, leaderboard, grader_failed = None, [], [], False
+    lab, entries, leaderboard, grader_failed, not_graded = None, [], [], False, None
     try:
-        lab = load_lab(args.lab, args.manifest)
+        lab = load_lab(args.lab, args.manifest, args.track)
         entries, leaderboard = grade(lab, args)
+    except NotGraded as error:  # no score at all, rather than a zero that looks earned
+        not_graded = str(error)
+        entries = [Entry("not graded", 0, 0, f"not graded on this machine: {not_graded}",
+                         passed=False)]
     except ManifestError as error:
         print(f"grade.py: error: {error}", file=sys.stderr)
         entries, grader_failed = [Entry("grader error", 0, 0, str(error), passed=False)], True
@@ -748,12 +871,17 @@ def main(argv=None):
         print(details, file=sys.stderr, end="")
         max_score = lab.max_score if lab else 0
         entries, grader_failed = [Entry("grader error", 0, max_score, details, passed=False)], True
-    out = args.out or (lab.folder / "results.json" if lab else default_out(args))
+    out = args.out or (lab.folder / lab.results_name if lab else default_out(args))
     write_results(out, entries, leaderboard, time.monotonic() - started)
-    title = f"lab {args.lab:02d}" + (f" ({lab.name})" if lab else "")
+    track = "" if args.track == "cpu" else f" {args.track} track"
+    if not_graded is not None:
+        print(f"lab {args.lab:02d}{track}: not graded: {not_graded}")
+        print(f"grade: wrote {out}", file=sys.stderr)
+        return NOT_GRADED_EXIT
+    title = lab.title if lab else f"lab {args.lab:02d}"
     print_scorecard(title, entries)
     maximum = sum(entry.max_score for entry in entries)
-    print(f"lab {args.lab:02d}: {number(total_score(entries))}/{number(maximum)} points")
+    print(f"lab {args.lab:02d}{track}: {number(total_score(entries))}/{number(maximum)} points")
     print(f"grade: wrote {out}", file=sys.stderr)
     if grader_failed:
         return 2

@@ -16,7 +16,12 @@ void gemm(const CublasHandle& cublas, const __nv_bfloat16* x, const __nv_bfloat1
           cudaDataType_t y_type, int64_t num_tokens, int64_t in_features, int64_t out_features,
           cudaStream_t stream) {
     if (num_tokens == 0 || out_features == 0) return;
-    check_cublas(cublasSetStream(cublas.get(), stream), "cublasSetStream");
+    // Only when it changes: cublasSetStream also drops a workspace set with
+    // cublasSetWorkspace, which CUDA graph capture needs (no allocation
+    // may happen while a stream is being captured).
+    cudaStream_t current = nullptr;
+    check_cublas(cublasGetStream(cublas.get(), &current), "cublasGetStream");
+    if (current != stream) check_cublas(cublasSetStream(cublas.get(), stream), "cublasSetStream");
     const float alpha = 1.0f, beta = 0.0f;
     // Column-major: yᵀ (out × tokens) = op(W_cm) (out × in) · x_cm (in × tokens),
     // where W_cm (in × out) and x_cm (in × tokens) are the row-major arrays as stored.

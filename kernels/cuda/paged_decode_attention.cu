@@ -11,7 +11,10 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int64_t kSharedBytes = 48 * 1024;  // available to any block without opting in
 
-__device__ float block_reduce(float value, float* scratch, bool take_max) {
+// The maximum (take_max) or the sum of `value` over the block, returned to
+// every thread; `scratch` holds one float per warp. ([[maybe_unused]]:
+// Lab 4's GPU skeleton leaves paged_decode_kernel, its caller, empty.)
+[[maybe_unused]] __device__ float block_reduce(float value, float* scratch, bool take_max) {
     for (int offset = 16; offset > 0; offset /= 2) {
         const float other = __shfl_xor_sync(0xffffffffu, value, offset);
         value = take_max ? fmaxf(value, other) : value + other;
@@ -32,6 +35,12 @@ __global__ void paged_decode_kernel(const __nv_bfloat16* q, const __nv_bfloat16*
                                     const __nv_bfloat16* value_pool, const int32_t* block_tables,
                                     const int32_t* context_lens, __nv_bfloat16* out,
                                     PagedDecodeShape shape, float scale) {
+    // BEGIN SOLUTION lab04
+    // HINT: block = (query head blockIdx.x, sequence blockIdx.y); its KV head is
+    // HINT: head / (num_heads / num_kv_heads). Token j of the sequence is pool row
+    // HINT: table[j / block_size] * block_size + j % block_size (table: the sequence's).
+    // HINT: scores q.k * scale into shared memory, max and sum with block_reduce,
+    // HINT: then out[d] = sum_j p_j v_j[d] / sum, one dimension d per thread.
     extern __shared__ float shared[];
     __shared__ float scratch[kThreads / 32];
     const int64_t head = blockIdx.x;
@@ -82,6 +91,7 @@ __global__ void paged_decode_kernel(const __nv_bfloat16* q, const __nv_bfloat16*
         }
         out[(seq * shape.num_heads + head) * shape.head_dim + d] = __float2bfloat16(acc * inv_sum);
     }
+    // END SOLUTION
 }
 
 }  // namespace

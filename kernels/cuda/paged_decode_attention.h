@@ -6,12 +6,19 @@
 // kernels/cpu/paged_attention.h does on the CPU: token j of a sequence is
 // pool row block_table[j / block_size] · block_size + j % block_size.
 //
-// This is the version kept for teaching: one thread block per (sequence,
-// query head), the scores of the whole context in shared memory, then an
-// exact softmax and the weighted sum of values. Its limits, which the fast
-// (split-K, GQA-aware) version will lift: the context must fit shared memory
-// (the host checks it), and each query head of a GQA group reads its KV
-// head's rows again.
+// Two versions:
+//   plain (kept for teaching): one thread block per (sequence, query head),
+//     the scores of the whole context in shared memory, then an exact
+//     softmax and the weighted sum of values. Its limits: the context must
+//     fit shared memory (the host checks it), each query head of a GQA
+//     group reads its KV head's rows again, and at batch 1 only num_heads
+//     blocks run — a few SMs of a hundred.
+//   fast (split-K, "flash-decoding", Dao et al. 2023): each sequence's
+//     context is cut into num_splits pieces handled by separate blocks, so
+//     even one sequence fills the GPU; each block serves a whole GQA group
+//     (all query heads of one KV head), so every key and value row is read
+//     once per group; each piece keeps a running max and sum (online
+//     softmax), and a second kernel merges the pieces' partial results.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -43,5 +50,28 @@ void paged_decode_attention_bf16(const __nv_bfloat16* q, const __nv_bfloat16* ke
                                  const __nv_bfloat16* value_pool, const int32_t* block_tables,
                                  const int32_t* context_lens, __nv_bfloat16* out,
                                  const PagedDecodeShape& shape, cudaStream_t stream);
+
+// ---- fast version: split-K, GQA-aware ----
+
+// Splits to use for contexts up to max_context_len: enough pieces that a
+// batch-1 step fills the GPU, none shorter than a few blocks of keys.
+int64_t paged_decode_num_splits(int64_t max_context_len);
+// Floats of scratch the split-K kernel needs: per (sequence, query head,
+// split) a partial output (head_dim) plus its running max and sum.
+int64_t paged_decode_workspace_floats(const PagedDecodeShape& shape, int64_t num_splits);
+
+// Same contract as paged_decode_attention_bf16, for any context length, plus:
+// context_lens[s] may be 0 (an unused row of a CUDA graph's fixed batch),
+// which writes zeros. Sequence s's context is divided evenly among the
+// num_splits pieces (ceil(len / num_splits) tokens each; a piece with no
+// tokens contributes nothing). Grid and workspace depend only on shape and
+// num_splits, never on the lengths, so one launch can be captured in a CUDA
+// graph and replayed as the contexts grow. `workspace` holds
+// paged_decode_workspace_floats(shape, num_splits) floats.
+void paged_decode_attention_splitk_bf16(const __nv_bfloat16* q, const __nv_bfloat16* key_pool,
+                                        const __nv_bfloat16* value_pool,
+                                        const int32_t* block_tables, const int32_t* context_lens,
+                                        __nv_bfloat16* out, const PagedDecodeShape& shape,
+                                        int64_t num_splits, float* workspace, cudaStream_t stream);
 
 }  // namespace servelab::cuda

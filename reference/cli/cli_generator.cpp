@@ -5,13 +5,22 @@
 #include <spdlog/spdlog.h>
 
 #include "reference/common/error.h"
+#include "reference/engine/runner_generate.h"
 #include "reference/kv/kv_budget.h"
+#ifdef SERVELAB_HAVE_CUDA
+#include "reference/device/cuda_model_runner.h"
+#endif
 
 namespace servelab::cli {
 
 CliGenerator::CliGenerator(const CacheOptions& options, const Model& model, ModelRunner& runner,
                            const SchedulerConfig& scheduler)
     : options_(options), model_(model), runner_(runner) {
+    if (options.on_gpu()) {
+        start_on_gpu(scheduler);
+        spdlog::info("KV cache: {}", describe());
+        return;
+    }
     if (!options.paged(model.config)) return;
     const int64_t budget = options.memory_budget_bytes();
     const int64_t num_blocks =
@@ -22,8 +31,52 @@ CliGenerator::CliGenerator(const CacheOptions& options, const Model& model, Mode
     spdlog::info("KV cache: {}", describe());
 }
 
+void CliGenerator::start_on_gpu(const SchedulerConfig& scheduler) {
+#ifdef SERVELAB_HAVE_CUDA
+    if (options_.kv_dtype != "f32") {
+        throw servelab::Error("--device cuda keeps keys and values in bf16: drop --kv-dtype");
+    }
+    const ModelConfig& config = model_.config;
+    const int64_t budget = options_.memory_budget_bytes(cuda_device_memory_bytes());
+    CudaRunnerOptions gpu;
+    gpu.block_size = options_.block_size;
+    gpu.num_kv_blocks = cuda_kv_blocks_for_budget(config, gpu.block_size, budget);
+    // Naive and contiguous decoding (runner_generate.h) need one request's
+    // blocks at most: the whole context.
+    const bool one_request = options_.disabled || options_.layout == "contiguous";
+    if (one_request) {
+        gpu.num_kv_blocks = (config.context_length + gpu.block_size - 1) / gpu.block_size;
+    }
+    gpu.max_tokens_per_step = std::max<int64_t>(scheduler.max_num_batched_tokens, 256);
+    auto cuda_runner = std::make_unique<CudaModelRunner>(config, model_.weights, gpu);
+    gpu_pool_bytes_ = cuda_runner->kv_pool_bytes();
+    spdlog::info("GPU: {} of bf16 weights uploaded", format_bytes(cuda_runner->weight_bytes()));
+    gpu_runner_ = std::move(cuda_runner);
+    if (one_request) return;
+    pool_ = std::make_unique<PagedKvCache>(config, gpu.num_kv_blocks, gpu.block_size,
+                                           KvStorage::kDevice);
+    manager_ = std::make_unique<KvBlockManager>(*pool_, !options_.no_prefix_caching);
+    engine_ = std::make_unique<Engine>(model_, *gpu_runner_, *manager_, scheduler);
+#else
+    (void)scheduler;
+    throw servelab::Error(
+        "--device cuda: this build has no CUDA (nvcc was not found when it was configured)");
+#endif
+}
+
 std::string CliGenerator::describe() const {
-    if (options_.disabled) return "none (naive decoding)";
+    if (options_.disabled && !gpu_runner_) return "none (naive decoding)";
+    if (gpu_runner_ && !manager_) {
+        return fmt::format("{} on the GPU, bf16",
+                           options_.disabled ? "none (naive decoding)" : "contiguous");
+    }
+    if (gpu_runner_) {
+        return fmt::format(
+            "paged on the GPU, {} blocks of {} tokens = {} tokens in {} (bf16), prefix caching "
+            "{}",
+            pool_->num_blocks(), pool_->block_size(), pool_->num_blocks() * pool_->block_size(),
+            format_bytes(gpu_pool_bytes_), manager_->prefix_caching() ? "on" : "off");
+    }
     if (!manager_) return fmt::format("contiguous ({})", options_.kv_dtype);
     return fmt::format(
         "paged, {} blocks of {} tokens = {} tokens in {} (f32), prefix caching {}",
@@ -37,6 +90,18 @@ std::vector<GenerationResult> CliGenerator::generate(std::span<const TokenId> pr
                                                      const TokenCallback& on_token) {
     if (manager_) {
         return engine_->generate_parallel(prompt, params, num_completions, on_token);
+    }
+    if (gpu_runner_) {  // naive or contiguous decoding on the GPU, one completion at a time
+        std::vector<GenerationResult> results;
+        for (int i = 0; i < num_completions; ++i) {
+            SamplingParams own = params;
+            own.seed = params.seed + uint64_t(i);
+            results.push_back(generate_on_runner(
+                *gpu_runner_, model_, prompt, own,
+                options_.disabled ? RunnerLayout::kNaive : RunnerLayout::kContiguous,
+                options_.block_size, i == 0 ? on_token : TokenCallback{}));
+        }
+        return results;
     }
     if (num_completions < 1) {
         throw servelab::Error(

@@ -9,6 +9,9 @@
 //     prompt's blocks, decoded together in one batch;
 //   contiguous (Labs 2-3): a fresh cache per request, sized prompt + max_tokens;
 //   none (--no-kv-cache, Lab 1): naive decoding.
+// With --device cuda (issue 7) the paged engine runs on GPU 0 instead: the
+// CUDA runner takes the CPU runner's place and the pool lives in GPU memory
+// (reference/device/cuda_model_runner.h); the rest of the engine is the same.
 // Without the paged cache, n > 1 runs the n completions one after another
 // (completion i with seed + i, as the paged engine does).
 #pragma once
@@ -45,9 +48,14 @@ class CliGenerator {
     std::string describe() const;
 
   private:
+    // --device cuda: the GPU runner, its device pool mirrored by pool_.
+    void start_on_gpu(const SchedulerConfig& scheduler);
+
     const CacheOptions& options_;
     const Model& model_;
     ModelRunner& runner_;
+    std::unique_ptr<StepRunner> gpu_runner_;
+    int64_t gpu_pool_bytes_ = 0;
     std::unique_ptr<PagedKvCache> pool_;
     std::unique_ptr<KvBlockManager> manager_;
     std::unique_ptr<Engine> engine_;

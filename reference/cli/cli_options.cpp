@@ -91,6 +91,12 @@ void CacheOptions::add_to(CLI::App& command) {
         ->capture_default_str();
     command.add_flag("--no-prefix-caching", no_prefix_caching,
                      "paged: do not keep finished prompts' blocks for reuse");
+    command
+        .add_option("--device", device,
+                    "where the engine runs: 'cpu', or 'cuda' (GPU 0: bf16 weights, the paged "
+                    "KV pool in GPU memory, --kv-memory fractions of GPU memory)")
+        ->check(CLI::IsMember({"cpu", "cuda"}))
+        ->capture_default_str();
 }
 
 bool CacheOptions::paged(const ModelConfig& config) const {
@@ -106,7 +112,7 @@ bool CacheOptions::paged(const ModelConfig& config) const {
     return supported;
 }
 
-int64_t CacheOptions::memory_budget_bytes() const {
+int64_t CacheOptions::memory_budget_bytes(int64_t memory_bytes) const {
     double fraction = 0;
     const auto [end, ec] = std::from_chars(memory.data(), memory.data() + memory.size(), fraction);
     const bool is_fraction = ec == std::errc() && end == memory.data() + memory.size() &&
@@ -115,7 +121,7 @@ int64_t CacheOptions::memory_budget_bytes() const {
     if (!(fraction > 0.0 && fraction <= 1.0)) {
         throw Error(fmt::format("--kv-memory {}: a fraction must be in (0, 1]", memory));
     }
-    return int64_t(fraction * double(physical_memory_bytes()));
+    return int64_t(fraction * double(memory_bytes));
 }
 
 int64_t physical_memory_bytes() {

@@ -40,6 +40,9 @@ struct SamplingOptions {
 // The KV cache flags, shared by generate, chat and bench: --no-kv-cache,
 // --kv-dtype, --mla-attention (Labs 1-3) and the paged cache's --kv-layout,
 // --kv-memory, --block-size, --no-prefix-caching (Lab 4).
+// Physical memory of this machine (sysconf), for --kv-memory fractions.
+int64_t physical_memory_bytes();
+
 struct CacheOptions {
     bool disabled = false;
     std::string kv_dtype = "f32";
@@ -48,6 +51,7 @@ struct CacheOptions {
     std::string memory = "0.1";
     int64_t block_size = 16;
     bool no_prefix_caching = false;
+    std::string device = "cpu";  // "cuda": the paged engine on GPU 0 (issue 7)
 
     void add_to(CLI::App& command);
     // Whether to decode with the paged cache: --kv-layout paged, or auto where
@@ -55,17 +59,17 @@ struct CacheOptions {
     // servelab::Error for --kv-layout paged where it does not.
     bool paged(const ModelConfig& config) const;
     // The paged pool's budget: --kv-memory as a size (512MiB, 2GB) or as a
-    // fraction in (0, 1] of this machine's physical memory.
-    int64_t memory_budget_bytes() const;
+    // fraction in (0, 1] of `memory_bytes` (this machine's physical memory,
+    // or the GPU's for --device cuda).
+    int64_t memory_budget_bytes(int64_t memory_bytes) const;
+    int64_t memory_budget_bytes() const { return memory_budget_bytes(physical_memory_bytes()); }
+    bool on_gpu() const { return device == "cuda"; }
     // A cache for prompt + max_tokens tokens (capped at the context length),
     // or nullptr with --no-kv-cache (naive decoding, Lab 1).
     std::unique_ptr<KvCache> make(const ModelConfig& config, int64_t prompt_tokens,
                                   int64_t max_tokens) const;
     MlaMode mla_mode() const;
 };
-
-// Physical memory of this machine (sysconf), for --kv-memory fractions.
-int64_t physical_memory_bytes();
 
 // "1,2,3" → {1, 2, 3}; throws servelab::Error naming the bad item.
 std::vector<int32_t> parse_token_list(const std::string& text);

@@ -41,17 +41,17 @@ struct Engine::Live {
     bool waiting_to_fork = false;
 };
 
-Engine::Engine(const Model& model, ModelRunner& runner, const EngineConfig& config)
+Engine::Engine(const Model& model, StepRunner& runner, const EngineConfig& config)
     : model_(model),
       runner_(runner),
-      own_pool_(
-          std::make_unique<PagedKvCache>(model.config, config.num_kv_blocks, config.block_size)),
+      own_pool_(std::make_unique<PagedKvCache>(model.config, config.num_kv_blocks,
+                                               config.block_size, runner.kv_storage())),
       own_kv_(std::make_unique<KvBlockManager>(*own_pool_, config.prefix_caching)),
       kv_(*own_kv_),
       scheduler_(kv_, config.scheduler, model.config.context_length),
       static_batching_(config.scheduler.static_batching) {}
 
-Engine::Engine(const Model& model, ModelRunner& runner, KvBlockManager& kv,
+Engine::Engine(const Model& model, StepRunner& runner, KvBlockManager& kv,
                const SchedulerConfig& scheduler)
     : model_(model),
       runner_(runner),
@@ -128,20 +128,39 @@ StepOutput Engine::step() {
     out.num_preempted = int64_t(scheduled.preempted.size());
 
     std::vector<SequenceChunk> chunks;
+    // The samples this step draws, and for each chunk the index of its first
+    // (its waiting siblings' samples, then its own), or -1 when its request
+    // draws nothing this step (mid-prompt, or a padding row).
+    std::vector<SampleRequest> samples;
+    std::vector<int64_t> first_sample;
     for (const ScheduledChunk& c : scheduled.chunks) {
-        const Request& r = *c.request;
+        Request& r = *c.request;
         const auto tokens =
             std::span(r.tokens).subspan(size_t(r.kv.num_computed_tokens), size_t(c.num_tokens));
+        const int64_t row = int64_t(chunks.size());
         chunks.push_back({StepInput{tokens, r.kv.num_computed_tokens}, &r.kv.table});
         // A decode token is a running request's one newest token; anything
         // else (a prompt chunk, a preempted request's recompute) is prefill.
         const bool decode = r.num_generated() > 0 && r.num_uncomputed() == 1;
         if (!decode) out.num_prefill_tokens += c.num_tokens;
+
+        const bool completes = r.num_uncomputed() == c.num_tokens;
+        if (r.padding || !completes) {
+            first_sample.push_back(-1);
+            continue;
+        }
+        first_sample.push_back(int64_t(samples.size()));
+        Live& live = *requests_.at(r.id);
+        for (int64_t id : live.siblings) {
+            Live& sibling = *requests_.at(id);
+            samples.push_back({row, &sibling.sampler, sibling.request.tokens});
+        }
+        samples.push_back({row, &live.sampler, r.tokens});
     }
-    std::vector<float> logits;
-    if (!chunks.empty()) logits = runner_.forward_batch(chunks, kv_.cache());
+    const std::vector<BlockCopy> copies = kv_.take_block_copies();
+    std::vector<TokenId> sampled;
+    if (!chunks.empty()) sampled = runner_.run_step({chunks, copies, samples}, kv_.cache());
     const auto now = Clock::now();
-    const size_t vocab_size = size_t(model_.config.vocab_size);
 
     for (size_t i = 0; i < scheduled.chunks.size(); ++i) {
         Request& r = *scheduled.chunks[i].request;
@@ -157,10 +176,11 @@ StepOutput Engine::step() {
             live.result.cached_prompt_tokens = r.kv.num_cached_prompt_tokens;
         }
         kv_.commit(r.kv, r.tokens);
-        if (r.num_uncomputed() > 0) continue;  // mid-prompt: no token this step
-        const std::span<float> row = std::span(logits).subspan(i * vocab_size, vocab_size);
-        if (!live.siblings.empty()) fork_siblings(live, row, now, out);
-        accept_token(live, live.sampler.sample(row, r.tokens), now, out);
+        if (first_sample[i] < 0) continue;  // mid-prompt: no token this step
+        const auto mine = std::span(sampled).subspan(size_t(first_sample[i]));
+        const size_t num_siblings = live.siblings.size();
+        if (num_siblings > 0) fork_siblings(live, mine.first(num_siblings), now, out);
+        accept_token(live, mine[num_siblings], now, out);
     }
     if (static_batching_) release_padding();
     out.num_running = scheduler_.num_running();
@@ -169,18 +189,17 @@ StepOutput Engine::step() {
     return out;
 }
 
-void Engine::fork_siblings(Live& parent, std::span<const float> logits, Clock::time_point now,
-                           StepOutput& out) {
-    for (int64_t id : parent.siblings) {
-        Live& sibling = *requests_.at(id);
+void Engine::fork_siblings(Live& parent, std::span<const TokenId> first_tokens,
+                           Clock::time_point now, StepOutput& out) {
+    for (size_t i = 0; i < parent.siblings.size(); ++i) {
+        Live& sibling = *requests_.at(parent.siblings[i]);
         sibling.waiting_to_fork = false;
         sibling.scheduled_once = true;
         sibling.result.timings.queue_ms = parent.result.timings.queue_ms;
         sibling.result.cached_prompt_tokens = parent.result.cached_prompt_tokens;
         sibling.request.kv = kv_.fork(parent.request.kv);
         scheduler_.add_running(sibling.request);
-        std::vector<float> own_logits(logits.begin(), logits.end());  // the sampler edits them
-        accept_token(sibling, sibling.sampler.sample(own_logits, sibling.request.tokens), now, out);
+        accept_token(sibling, first_tokens[i], now, out);
     }
     parent.siblings.clear();
 }

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "reference/engine/generator.h"
+#include "reference/engine/step_runner.h"
 #include "reference/kv/kv_block_manager.h"
 #include "reference/model/model.h"
 #include "reference/sampling/sampler.h"
@@ -81,10 +82,10 @@ class Engine {
     // An engine with its own block pool, sized by `config`. `model` and
     // `runner` must outlive the engine. Throws servelab::Error for an MLA
     // model (the paged cache does not hold latents yet).
-    Engine(const Model& model, ModelRunner& runner, const EngineConfig& config);
+    Engine(const Model& model, StepRunner& runner, const EngineConfig& config);
     // An engine over a caller's pool, which outlives it (the CLI keeps one
     // pool, and its prefix cache, for a whole chat).
-    Engine(const Model& model, ModelRunner& runner, KvBlockManager& kv,
+    Engine(const Model& model, StepRunner& runner, KvBlockManager& kv,
            const SchedulerConfig& scheduler);
     ~Engine();  // defined where Live is complete
 
@@ -137,8 +138,8 @@ class Engine {
     // Appends `token` to `live`, streams it, and finishes `live` if it is done.
     void accept_token(Live& live, TokenId token, Clock::time_point now, StepOutput& out);
     // The prompt of `parent` is computed: its waiting siblings fork its
-    // blocks and sample their first tokens from `logits`.
-    void fork_siblings(Live& parent, std::span<const float> logits, Clock::time_point now,
+    // blocks and take their first tokens (sampled from the parent's logits).
+    void fork_siblings(Live& parent, std::span<const TokenId> first_tokens, Clock::time_point now,
                        StepOutput& out);
     // Ends `live` and appends its result to `finished`. `live` is then
     // destroyed, or (static batching) kept as a padding row.
@@ -151,7 +152,7 @@ class Engine {
     std::vector<GenerationResult> run_until_done(const std::vector<int64_t>& ids);
 
     const Model& model_;
-    ModelRunner& runner_;
+    StepRunner& runner_;
     std::unique_ptr<PagedKvCache> own_pool_;  // only when the engine owns its pool
     std::unique_ptr<KvBlockManager> own_kv_;
     KvBlockManager& kv_;

@@ -110,6 +110,23 @@ std::vector<float> ModelRunner::forward_batch(std::span<const SequenceChunk> chu
     return run_layers(chunks, KvTarget{.paged = &cache});
 }
 
+std::vector<TokenId> ModelRunner::run_step(const StepBatch& batch, PagedKvCache& cache) {
+    const std::vector<float> logits = forward_batch(batch.chunks, cache);
+    const size_t vocab_size = size_t(config_.vocab_size);
+    std::vector<TokenId> tokens;
+    std::vector<float> row;  // a copy: the sampler edits it, and siblings share the row
+    for (const SampleRequest& sample : batch.samples) {
+        if (sample.row < 0 || size_t(sample.row) >= batch.chunks.size()) {
+            throw Error(fmt::format("run_step: sample of row {} in a batch of {} chunks",
+                                    sample.row, batch.chunks.size()));
+        }
+        const auto first = logits.begin() + std::ptrdiff_t(size_t(sample.row) * vocab_size);
+        row.assign(first, first + std::ptrdiff_t(vocab_size));
+        tokens.push_back(sample.sampler->sample(row, sample.history));
+    }
+    return tokens;
+}
+
 std::vector<float> ModelRunner::run_layers(std::span<const SequenceChunk> chunks, KvTarget kv) {
     int64_t num_tokens = 0;
     for (const SequenceChunk& chunk : chunks) num_tokens += int64_t(chunk.step.tokens.size());

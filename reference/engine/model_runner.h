@@ -30,6 +30,8 @@
 #include <span>
 #include <vector>
 
+#include "reference/engine/step_input.h"
+#include "reference/engine/step_runner.h"
 #include "reference/kv/block_table.h"
 #include "reference/kv/kv_cache.h"
 #include "reference/kv/paged_kv_cache.h"
@@ -39,29 +41,10 @@
 
 namespace servelab {
 
-// Which positions of the step need logits. Generation needs only the last
-// one; the vocabulary projection is the largest matmul, so skipping the rest
-// matters. Oracle tests ask for all of them.
-enum class LogitsFor { kLastToken, kAllTokens };
-
-struct StepInput {
-    std::span<const TokenId> tokens;  // the tokens computed this step
-    int64_t start_position = 0;       // position of tokens[0]; always 0 without a cache
-    LogitsFor logits_for = LogitsFor::kLastToken;
-};
-
-// One sequence's share of a batched step (Lab 5, continuous batching): the
-// tokens it computes this step (a prefill chunk, or one decode token) and
-// the block table whose slots for them are already reserved.
-struct SequenceChunk {
-    StepInput step;
-    const BlockTable* table = nullptr;
-};
-
 // How MLA layers read the latent cache (both give the same logits).
 enum class MlaMode { kAbsorbed, kNaive };
 
-class ModelRunner {
+class ModelRunner : public StepRunner {
   public:
     // The runner keeps references: config and weights must outlive it.
     ModelRunner(const ModelConfig& config, const ModelWeights& weights,
@@ -88,7 +71,11 @@ class ModelRunner {
 
     // Tokens pushed through the layers so far, over all steps: the prefill
     // work a prefix-cache hit saves shows up here (Lab 4).
-    int64_t num_tokens_computed() const { return num_tokens_computed_; }
+    int64_t num_tokens_computed() const override { return num_tokens_computed_; }
+
+    // The engine's step on the CPU (step_runner.h): forward_batch, then each
+    // sample drawn by its request's Sampler from a copy of its row.
+    std::vector<TokenId> run_step(const StepBatch& batch, PagedKvCache& cache) override;
 
   private:
     // Where a step's keys and values go: nowhere (Lab 1), a contiguous cache

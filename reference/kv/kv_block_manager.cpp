@@ -2,6 +2,7 @@
 #include "reference/kv/kv_block_manager.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace servelab {
 namespace {
@@ -40,6 +41,10 @@ PagedSequence KvBlockManager::start(std::span<const TokenId> prompt) {
     return sequence;
 }
 
+std::vector<BlockCopy> KvBlockManager::take_block_copies() {
+    return std::exchange(pending_copies_, {});
+}
+
 int64_t KvBlockManager::blocks_needed(const BlockTable& table, int64_t count) const {
     const int64_t block_size = table.block_size();
     const int64_t have = ceil_div(table.num_tokens(), block_size);
@@ -57,7 +62,9 @@ bool KvBlockManager::reserve(PagedSequence& sequence, int64_t count) {
     if (allocator.num_free() < needed) return false;
     for (int64_t i = 0; i < count; ++i) {
         const AppendResult appended = sequence.table.append_slot(allocator);
-        if (appended.copy) cache_.copy_block(*appended.copy);
+        if (!appended.copy) continue;
+        cache_.copy_block(*appended.copy);
+        if (cache_.storage() == KvStorage::kDevice) pending_copies_.push_back(*appended.copy);
     }
     return true;
 }

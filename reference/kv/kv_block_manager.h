@@ -70,11 +70,17 @@ class KvBlockManager {
     // Blocks a sequence could get now: free ones plus evictable cached ones.
     int64_t num_available_blocks() const;
 
+    // With a pool in device memory (KvStorage::kDevice): the copy-on-write
+    // copies made since the last call, in order, for the device runner to
+    // replay before its next forward pass (a host pool copies at once).
+    std::vector<BlockCopy> take_block_copies();
+
   private:
     int64_t blocks_needed(const BlockTable& table, int64_t count) const;
 
     PagedKvCache& cache_;
     std::optional<PrefixCache> prefix_cache_;
+    std::vector<BlockCopy> pending_copies_;
 };
 
 }  // namespace servelab

@@ -10,11 +10,13 @@
 
 namespace servelab {
 
-PagedKvCache::PagedKvCache(const ModelConfig& config, int64_t num_blocks, int64_t block_size)
-    : block_size_(block_size), kv_dim_(config.kv_dim()), allocator_(num_blocks) {
+PagedKvCache::PagedKvCache(const ModelConfig& config, int64_t num_blocks, int64_t block_size,
+                           KvStorage storage)
+    : block_size_(block_size), storage_(storage), kv_dim_(config.kv_dim()), allocator_(num_blocks) {
     if (config.is_mla()) throw Error("paged KV cache: MLA models are not paged yet");
     if (block_size < 1) throw Error(fmt::format("KV block size {} must be >= 1", block_size));
     floats_per_layer_ = num_blocks * block_size * kv_dim_;
+    if (storage == KvStorage::kDevice) return;  // the device runner holds the rows
     for (int64_t layer = 0; layer < config.num_layers; ++layer) {
         keys_.push_back(std::unique_ptr<float[]>(new float[size_t(floats_per_layer_)]));
         values_.push_back(std::unique_ptr<float[]>(new float[size_t(floats_per_layer_)]));
@@ -32,6 +34,9 @@ int64_t PagedKvCache::blocks_for_budget(const ModelConfig& config, int64_t block
 
 void PagedKvCache::write(int64_t layer, const BlockTable& table, int64_t start_position,
                          const float* k, const float* v, int64_t count) {
+    if (storage_ == KvStorage::kDevice) {
+        throw Error("paged KV cache: this pool lives on the GPU; the CPU runner cannot write it");
+    }
     const size_t row_bytes = size_t(kv_dim_) * sizeof(float);
     for (int64_t t = 0; t < count; ++t) {
         const KvSlot slot = table.slot(start_position + t);

@@ -19,11 +19,18 @@
 
 namespace servelab {
 
+// Where the pool's rows live. kHost: here, in keys()/values(). kDevice: in
+// a GPU's memory, owned by the device runner (reference/device/); this
+// object then keeps only the bookkeeping — the allocator, whose block ids
+// index the device pool the same way.
+enum class KvStorage { kHost, kDevice };
+
 class PagedKvCache {
   public:
     // Throws servelab::Error for an MLA model (not paged yet), block_size < 1
     // or num_blocks < 1.
-    PagedKvCache(const ModelConfig& config, int64_t num_blocks, int64_t block_size);
+    PagedKvCache(const ModelConfig& config, int64_t num_blocks, int64_t block_size,
+                 KvStorage storage = KvStorage::kHost);
 
     // Bytes of one block across all layers (keys and values): the unit the
     // budget is divided into.
@@ -33,6 +40,7 @@ class PagedKvCache {
                                      int64_t budget_bytes);
 
     int64_t block_size() const { return block_size_; }
+    KvStorage storage() const { return storage_; }
     int64_t num_blocks() const { return allocator_.num_blocks(); }
     BlockAllocator& allocator() { return allocator_; }
     const BlockAllocator& allocator() const { return allocator_; }
@@ -42,7 +50,8 @@ class PagedKvCache {
     // `table` maps; their slots must already be appended to the table.
     void write(int64_t layer, const BlockTable& table, int64_t start_position, const float* k,
                const float* v, int64_t count);
-    // Copy-on-write: block `copy.from`'s rows to block `copy.to`, in every layer.
+    // Copy-on-write: block `copy.from`'s rows to block `copy.to`, in every
+    // layer. (Nothing to copy here with kDevice storage: the layers are empty.)
     void copy_block(const BlockCopy& copy);
 
     const float* keys(int64_t layer) const { return keys_[size_t(layer)].get(); }
@@ -51,6 +60,7 @@ class PagedKvCache {
 
   private:
     int64_t block_size_;
+    KvStorage storage_;
     int64_t kv_dim_;  // floats per token row
     BlockAllocator allocator_;
     int64_t floats_per_layer_;

@@ -34,7 +34,7 @@ struct TinyVocab {
     std::vector<std::string> merges;
 };
 
-TinyVocab make_vocab() {
+TinyVocab make_vocab(int64_t min_size) {
     TinyVocab vocab;
     // Control tokens first, as SmolLM2 numbers them: 0 endoftext, 1 im_start, 2 im_end.
     for (const char* special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
@@ -51,6 +51,12 @@ TinyVocab make_vocab() {
     for (const auto& [left, right] : merges) {
         vocab.merges.push_back(left + " " + right);
         vocab.tokens.push_back(left + right);
+        vocab.token_types.push_back(1);
+    }
+    // Padding up to a real model's vocabulary (a benchmark's logits cost):
+    // tokens BPE never produces, which decode to their own text.
+    for (int64_t i = 0; int64_t(vocab.tokens.size()) < min_size; ++i) {
+        vocab.tokens.push_back("<extra_" + std::to_string(i) + ">");
         vocab.token_types.push_back(1);
     }
     return vocab;
@@ -116,7 +122,7 @@ void check_options(const TinyModelOptions& o) {
 
 GgufWriter build_tiny_model(const TinyModelOptions& o) {
     check_options(o);
-    const TinyVocab vocab = make_vocab();
+    const TinyVocab vocab = make_vocab(o.vocab_size);
     const int64_t vocab_size = int64_t(vocab.tokens.size());
     const int64_t head_dim = o.mla ? o.qk_nope_dim + o.qk_rope_dim : o.dim / o.num_heads;
     const int64_t v_head_dim = o.mla ? o.v_head_dim : head_dim;

@@ -36,6 +36,9 @@ struct TinyModelOptions {
     int64_t qk_nope_dim = 16;
     int64_t qk_rope_dim = 8;
     int64_t v_head_dim = 16;
+
+    // 0: the byte-level vocabulary alone; more pads it with unused tokens (benchmarks).
+    int64_t vocab_size = 0;
 };
 
 // The GGUF image, ready for GgufFile::parse or to be written to disk.

@@ -30,6 +30,8 @@ class Sampler {
     // platform, unlike std::uniform_real_distribution.
     double next_uniform();
 
+    const SamplingParams& params() const { return params_; }
+
   private:
     SamplingParams params_;
     std::mt19937_64 rng_;

@@ -83,12 +83,18 @@ for name in selected:
     if outcome == "fail":
         fields["failures"] = [{{"failure": "fake.cpp:7\nExpected equality of these values:\n  1\n  2", "type": ""}}]
         any_failed = True
-    if outcome == "skip":
+    if outcome == "skip":  # as GTEST_SKIP() << "no usable GPU: ..." prints it
         fields["result"] = "SKIPPED"
+        print("fake.cpp:12: Skipped\nno usable GPU: fake driver is missing\n", flush=True)
+    if outcome == "unwritten":  # a skeleton CUDA kernel: prints, writes nothing, the test fails
+        print("not implemented: lab01: fake_kernel (this kernel writes nothing)", flush=True)
+        fields["failures"] = [{{"failure": "fake.cpp:9\nout[0]: gpu nan, cpu 1", "type": ""}}]
+        any_failed = True
     if outcome == "disabled":
         fields = {{"status": "NOTRUN", "result": "SUPPRESSED"}}
     results.append((name, fields))
-    print(("[  FAILED  ] " if outcome == "fail" else "[       OK ] ") + name, flush=True)
+    status = {{"fail": "[  FAILED  ] ", "unwritten": "[  FAILED  ] ", "skip": "[  SKIPPED ] "}}
+    print(status.get(outcome, "[       OK ] ") + name, flush=True)
 write_report(report_path, results)
 sys.exit(1 if any_failed else 0)
 '''
@@ -142,8 +148,10 @@ class GraderTestCase(unittest.TestCase):
         text = FAKE_CLI.format(python=sys.executable, log=str(self.log), who=name, value=value, fail=fail)
         return self.make_script(self.dir / name, text)
 
-    def write_manifest(self, groups, throughput=None, timeout_s=20):
+    def write_manifest(self, groups, throughput=None, timeout_s=20, track=None):
         manifest = {"lab": 1, "name": "fake", "timeout_s": timeout_s, "groups": groups}
+        if track is not None:
+            manifest["track"] = track
         if throughput is not None:
             manifest["throughput"] = throughput
         self.manifest.write_text(json.dumps(manifest))
@@ -466,6 +474,74 @@ class TestExitCodes(GraderTestCase):
                 self.assertEqual(result.returncode, expected, result.stderr)
                 self.assertTrue(self.out.exists())
                 self.assertEqual(result.stdout.splitlines()[-1], "lab 01: 2/4 points")
+
+
+class TestGpuTrack(GraderTestCase):
+    """--track cuda: no score where the track cannot run, and an unwritten kernel's line."""
+
+    GROUPS = [{"name": "Norm", "filter": "Norm.*", "points": 6},
+              {"name": "Softmax", "filter": "Softmax.*", "points": 4}]
+
+    def grade_cuda(self, *extra):
+        return self.grade("--track", "cuda", *extra)
+
+    def test_every_test_skipped_is_not_graded_and_exits_77(self):
+        self.fake_tests({"Norm.A": "skip", "Softmax.B": "skip", "Other.C": "pass"})
+        self.write_manifest(self.GROUPS, track="cuda")
+        code, results, stdout, _ = self.grade_cuda("--min-score", "100")
+        self.assertEqual(code, grade.NOT_GRADED_EXIT)
+        self.assertEqual((results["score"], results["max_score"]), (0, 0))
+        self.assertEqual([t["name"] for t in results["tests"]], ["not graded"])
+        self.assertIn("no usable GPU: fake driver is missing", results["tests"][0]["output"])
+        self.assertEqual(stdout.splitlines()[-1],
+                         "lab 01 cuda track: not graded: every test was skipped: "
+                         "no usable GPU: fake driver is missing")
+
+    def test_some_tests_run_is_graded(self):
+        self.fake_tests({"Norm.A": "pass", "Softmax.B": "skip"})
+        self.write_manifest(self.GROUPS, track="cuda")
+        code, results, stdout, _ = self.grade_cuda()
+        self.assertEqual(code, 0)
+        self.assertEqual((results["score"], results["max_score"]), (6, 10))
+        self.assertIn("lab 01 cuda track: 6/10 points", stdout.splitlines()[-1])
+
+    def test_the_cpu_track_still_scores_skipped_tests_zero(self):
+        self.fake_tests({"Norm.A": "skip", "Softmax.B": "skip"})
+        self.write_manifest(self.GROUPS)
+        code, results, _, _ = self.grade()
+        self.assertEqual((code, results["score"], results["max_score"]), (0, 0, 10))
+
+    def test_an_unwritten_kernels_line_is_in_its_failure(self):
+        self.fake_tests({"Norm.A": "unwritten", "Softmax.B": "pass"})
+        self.write_manifest(self.GROUPS, track="cuda")
+        _, results, _, _ = self.grade_cuda()
+        output = self.entry(results, "Norm")["output"]
+        self.assertIn("not implemented: lab01: fake_kernel (this kernel writes nothing)", output)
+        self.assertIn("gpu nan", output)
+
+    def test_a_manifest_of_the_other_track_is_an_error(self):
+        self.fake_tests({"Norm.A": "pass"})
+        self.write_manifest(self.GROUPS)  # no "track": a CPU manifest
+        code, results, _, _ = self.grade_cuda()
+        self.assertEqual(code, 2)
+        self.assertIn("--track is cuda", results["tests"][0]["output"])
+
+    def test_a_build_without_cuda_is_not_graded(self):
+        self.write_manifest(self.GROUPS, track="cuda")
+        for cache, reason in (("SERVELAB_CUDA:BOOL=OFF\n", "SERVELAB_CUDA=OFF"),
+                              ("SERVELAB_CUDA:BOOL=ON\nCMAKE_CUDA_COMPILER:FILEPATH="
+                               "CMAKE_CUDA_COMPILER-NOTFOUND\n", "nvcc was not found")):
+            with self.subTest(reason):
+                build = self.dir / "build"
+                build.mkdir(exist_ok=True)
+                (build / "CMakeCache.txt").write_text("# cache\n" + cache)
+                stdout = io.StringIO()
+                with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(io.StringIO()):
+                    code = grade.main(["--lab", "1", "--track", "cuda", "--manifest", str(self.manifest),
+                                       "--out", str(self.out), "--build-dir", str(build)])
+                self.assertEqual(code, grade.NOT_GRADED_EXIT)
+                self.assertIn(reason, stdout.getvalue().splitlines()[-1])
+                self.assertEqual(json.loads(self.out.read_text())["max_score"], 0)
 
 
 if __name__ == "__main__":

@@ -131,6 +131,53 @@ class StubTest(TreeTestCase):
             }  // namespace servelab
             """))
 
+    def test_a_cuda_kernel_region_prints_instead_of_throwing(self):
+        # Device code cannot throw: the kernel prints one line and writes nothing.
+        self.write("kernels/cuda/norm.cu", source("""
+            #include "kernels/cuda/norm.h"
+
+            __global__ void rmsnorm_kernel(const float* x, float* out, int64_t dim) {
+                // BEGIN SOLUTION lab01
+                // HINT: one block per row
+                out[blockIdx.x] = x[blockIdx.x];
+                // END SOLUTION
+            }
+
+            void rmsnorm(const float* x, float* out, int64_t dim) {
+                rmsnorm_kernel<<<1, 32>>>(x, out, dim);
+            }
+            """))
+        self.generate()
+        self.assertEqual(self.student("kernels/cuda/norm.cu"), banner("kernels/cuda/norm.cu") + source("""
+            #include "kernels/cuda/norm.h"
+
+            __global__ void rmsnorm_kernel(const float* x, float* out, int64_t dim) {
+                // TODO(lab01): one block per row
+                if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0)
+                    printf("not implemented: lab01: rmsnorm_kernel (this kernel writes nothing)\\n");
+            }
+
+            void rmsnorm(const float* x, float* out, int64_t dim) {
+                rmsnorm_kernel<<<1, 32>>>(x, out, dim);
+            }
+            """))
+
+    def test_a_host_region_in_a_cu_file_still_throws(self):
+        self.write("kernels/cuda/launch.cu", "void launch() {\n    // BEGIN SOLUTION lab01\n"
+                                             "    go();\n    // END SOLUTION\n}\n")
+        self.generate()
+        text = self.student("kernels/cuda/launch.cu")
+        self.assertIn('throw NotImplemented("lab01: launch");', text)
+        self.assertIn(INCLUDE, text)
+
+    def test_a_region_in_a_device_function_is_an_error(self):
+        self.write("kernels/cuda/helper.cu", "__device__ float f(float x) {\n"
+                                             "    // BEGIN SOLUTION lab01\n    return x;\n"
+                                             "    // END SOLUTION\n}\n")
+        status, _, err = self.run_tool()
+        self.assertEqual(status, 1)
+        self.assertIn("kernels/cuda/helper.cu:2: a region in a __device__ function", err)
+
     def test_stub_takes_the_indentation_of_begin(self):
         self.write("reference/a.cpp", source("""
             int f(int n) {

@@ -6,7 +6,9 @@
 // and the bf16 matrix rate, by an 8192³ cuBLAS GEMM. Then it times each
 // kernel on a size that fills the chip and prints its rate as a fraction of
 // the matching ceiling: bytes moved (each input read once, each output
-// written once) over time for the memory-bound kernels. Times are CUDA-event
+// written once) over time for the memory-bound kernels, FLOPs over time for
+// prefill attention. Plain and fast versions of a kernel run on the same
+// inputs, one after the other. Times are CUDA-event
 // medians of 20 launches after 3 warm-ups, on random inputs (never zeros).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -21,10 +23,15 @@
 #include "kernels/cuda/argmax_kernels.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/fused_norm_kernels.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kv_append.h"
 #include "kernels/cuda/norm_kernels.h"
 #include "kernels/cuda/paged_decode_attention.h"
+#include "kernels/cuda/paged_prefill_attention.h"
 #include "kernels/cuda/rope_kernels.h"
+#include "kernels/cuda/sampling_kernels.h"
+#include "kernels/cuda/softmax_kernels.h"
 
 namespace {
 
@@ -142,6 +149,15 @@ int main() {
         row("rope", "16384 tokens x 32 x 128", ms, 2.0 * 2 * tokens * heads * 128 / (ms / 1e3) / GB,
             "GB/s", copy_gbs);
     }
+    {  // Softmax (plain): read every value, write every probability.
+        const int64_t rows = 256, n = 128000;
+        auto x = random_buffer<float>(static_cast<size_t>(rows * n), rng, 3.0f);
+        cuda::DeviceBuffer<float> out(static_cast<size_t>(rows * n));
+        const double ms =
+            median_ms([&] { cuda::softmax_rows_f32(x.data(), out.data(), rows, n, 0); });
+        row("softmax", "256 x 128000 fp32", ms, 2.0 * 4 * rows * n / (ms / 1e3) / GB, "GB/s",
+            copy_gbs);
+    }
     {  // Argmax: read every logit once.
         const int64_t rows = 256, vocab = 128000;
         auto logits = random_buffer<float>(static_cast<size_t>(rows * vocab), rng);
@@ -150,6 +166,71 @@ int main() {
             median_ms([&] { cuda::argmax_rows_f32(logits.data(), out.data(), rows, vocab, 0); });
         row("argmax", "256 x 128000 fp32", ms, 4.0 * rows * vocab / (ms / 1e3) / GB, "GB/s",
             copy_gbs);
+    }
+    {  // Fused residual add + RMSNorm: read residual and delta, write both outputs.
+        const int64_t rows = 16384, dim = 4096;
+        auto x = random_buffer<bf16>(static_cast<size_t>(rows * dim), rng);
+        auto delta = random_buffer<bf16>(static_cast<size_t>(rows * dim), rng, 0.1f);
+        auto w = random_buffer<bf16>(static_cast<size_t>(dim), rng);
+        cuda::DeviceBuffer<bf16> out(static_cast<size_t>(rows * dim));
+        const double ms = median_ms([&] {
+            cuda::add_rmsnorm_bf16(x.data(), delta.data(), w.data(), out.data(), rows, dim, 1e-5f,
+                                   0);
+        });
+        row("add_rmsnorm (fast)", "16384 x 4096", ms, 4.0 * 2 * rows * dim / (ms / 1e3) / GB,
+            "GB/s", copy_gbs);
+    }
+    {  // SiLU-and-multiply, vectorized.
+        const int64_t count = int64_t(1) << 26;
+        auto gate = random_buffer<bf16>(static_cast<size_t>(count), rng);
+        auto up = random_buffer<bf16>(static_cast<size_t>(count), rng);
+        cuda::DeviceBuffer<bf16> out(static_cast<size_t>(count));
+        const double ms = median_ms(
+            [&] { cuda::silu_mul_fast_bf16(gate.data(), up.data(), out.data(), count, 0); });
+        row("silu_mul (fast)", "2^26 elements", ms, 3.0 * 2 * count / (ms / 1e3) / GB, "GB/s",
+            copy_gbs);
+    }
+    {  // KV append: read k and v of every token, write them into the pool.
+        const int64_t tokens = 65536, kv_dim = 1024;
+        auto k = random_buffer<bf16>(static_cast<size_t>(tokens * kv_dim), rng);
+        auto v = random_buffer<bf16>(static_cast<size_t>(tokens * kv_dim), rng);
+        cuda::DeviceBuffer<bf16> keys(static_cast<size_t>(tokens * kv_dim));
+        cuda::DeviceBuffer<bf16> values(static_cast<size_t>(tokens * kv_dim));
+        std::vector<int32_t> slots(static_cast<size_t>(tokens));
+        for (int64_t t = 0; t < tokens; ++t) slots[static_cast<size_t>(t)] = int32_t(t);
+        std::shuffle(slots.begin(), slots.end(), rng);
+        cuda::DeviceBuffer<int32_t> slots_gpu(slots.size());
+        slots_gpu.upload(slots);
+        const double ms = median_ms([&] {
+            cuda::kv_append_bf16(k.data(), v.data(), slots_gpu.data(), keys.data(), values.data(),
+                                 tokens, kv_dim, 0);
+        });
+        row("kv_append", "65536 tokens x 1024", ms, 2.0 * 2 * 2 * tokens * kv_dim / (ms / 1e3) / GB,
+            "GB/s", copy_gbs);
+    }
+    {  // Sampling (top-k 50, top-p 0.9): read every logit at least once.
+        const int64_t rows = 64, vocab = 128000;
+        auto logits = random_buffer<float>(static_cast<size_t>(rows * vocab), rng, 3.0f);
+        std::vector<cuda::DeviceSample> samples(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r) {
+            cuda::DeviceSample& s = samples[static_cast<size_t>(r)];
+            s.logits_row = int32_t(r);
+            s.temperature = 0.8f;
+            s.top_k = 50;
+            s.top_p = 0.9f;
+            s.uniform = double(r) / double(rows);
+        }
+        cuda::DeviceBuffer<cuda::DeviceSample> samples_gpu(samples.size());
+        samples_gpu.upload(samples);
+        cuda::DeviceBuffer<int32_t> penalty(1), out(static_cast<size_t>(rows));
+        cuda::DeviceBuffer<float> workspace(
+            static_cast<size_t>(cuda::sampling_workspace_floats(rows, vocab)));
+        const double ms = median_ms([&] {
+            cuda::sample_tokens(logits.data(), samples_gpu.data(), penalty.data(), out.data(), rows,
+                                vocab, workspace.data(), 0);
+        });
+        row("sample top-k/top-p", "64 x 128000 fp32", ms, 4.0 * rows * vocab / (ms / 1e3) / GB,
+            "GB/s", copy_gbs);
     }
     {  // Paged decode attention: the least it must read is every K and V row once.
         const int64_t seqs = 64, heads = 32, kv_heads = 8, head_dim = 128, block = 16,
@@ -165,17 +246,65 @@ int main() {
         std::shuffle(tables.begin(), tables.end(), rng);
         cuda::DeviceBuffer<int32_t> tables_gpu(tables.size());
         tables_gpu.upload(tables);
-        cuda::DeviceBuffer<int32_t> lens(static_cast<size_t>(seqs));
-        lens.upload(std::vector<int32_t>(static_cast<size_t>(seqs), int32_t(context)));
         cuda::DeviceBuffer<bf16> out(static_cast<size_t>(seqs * heads * head_dim));
-        const cuda::PagedDecodeShape shape{seqs,  heads,          kv_heads, head_dim,
-                                           block, blocks_per_seq, context};
+        const double kv_bytes = 2.0 * 2 * kv_heads * head_dim;  // K and V, bf16, per token
+        for (const int64_t batch : {int64_t(1), seqs}) {
+            std::vector<int32_t> lens(static_cast<size_t>(seqs), 0);
+            std::fill_n(lens.begin(), batch, int32_t(context));
+            cuda::DeviceBuffer<int32_t> lens_gpu(lens.size());
+            lens_gpu.upload(lens);
+            const cuda::PagedDecodeShape shape{batch, heads,          kv_heads, head_dim,
+                                               block, blocks_per_seq, context};
+            const std::string size = std::to_string(batch) + " seqs x 4096, 32:8 x 128";
+            const double bytes = kv_bytes * double(batch * context);
+            const double plain_ms = median_ms([&] {
+                cuda::paged_decode_attention_bf16(q.data(), keys.data(), values.data(),
+                                                  tables_gpu.data(), lens_gpu.data(), out.data(),
+                                                  shape, 0);
+            });
+            row("paged decode (plain)", size, plain_ms, bytes / (plain_ms / 1e3) / GB, "GB/s",
+                copy_gbs);
+            const int64_t splits = cuda::paged_decode_num_splits(context);
+            cuda::DeviceBuffer<float> workspace(
+                static_cast<size_t>(cuda::paged_decode_workspace_floats(shape, splits)));
+            const double fast_ms = median_ms([&] {
+                cuda::paged_decode_attention_splitk_bf16(
+                    q.data(), keys.data(), values.data(), tables_gpu.data(), lens_gpu.data(),
+                    out.data(), shape, splits, workspace.data(), 0);
+            });
+            row("paged decode (split-K)", size, fast_ms, bytes / (fast_ms / 1e3) / GB, "GB/s",
+                copy_gbs);
+        }
+    }
+    {  // Causal prefill attention: 2·2·d FLOPs per (query, key) pair under the mask.
+        const int64_t seqs = 8, len = 2048, heads = 32, kv_heads = 8, head_dim = 128, block = 16;
+        const int64_t blocks_per_seq = len / block, num_blocks = seqs * blocks_per_seq;
+        const int64_t tokens = seqs * len;
+        auto q = random_buffer<bf16>(static_cast<size_t>(tokens * heads * head_dim), rng);
+        auto keys =
+            random_buffer<bf16>(static_cast<size_t>(num_blocks * block * kv_heads * head_dim), rng);
+        auto values =
+            random_buffer<bf16>(static_cast<size_t>(num_blocks * block * kv_heads * head_dim), rng);
+        std::vector<int32_t> tables(static_cast<size_t>(num_blocks));
+        for (int64_t i = 0; i < num_blocks; ++i) tables[static_cast<size_t>(i)] = int32_t(i);
+        cuda::DeviceBuffer<int32_t> tables_gpu(tables.size());
+        tables_gpu.upload(tables);
+        std::vector<int32_t> starts, lens(static_cast<size_t>(seqs), int32_t(len));
+        for (int64_t s = 0; s <= seqs; ++s) starts.push_back(int32_t(s * len));
+        cuda::DeviceBuffer<int32_t> starts_gpu(starts.size()), lens_gpu(lens.size());
+        starts_gpu.upload(starts);
+        lens_gpu.upload(lens);
+        cuda::DeviceBuffer<bf16> out(static_cast<size_t>(tokens * heads * head_dim));
+        const cuda::PagedPrefillShape shape{seqs,     tokens,   len,   heads,
+                                            kv_heads, head_dim, block, blocks_per_seq};
         const double ms = median_ms([&] {
-            cuda::paged_decode_attention_bf16(q.data(), keys.data(), values.data(),
-                                              tables_gpu.data(), lens.data(), out.data(), shape, 0);
+            cuda::paged_prefill_attention_bf16(q.data(), keys.data(), values.data(),
+                                               tables_gpu.data(), starts_gpu.data(),
+                                               lens_gpu.data(), out.data(), shape, 0);
         });
-        row("paged decode (plain)", "64 seqs x 4096, 32:8 x 128", ms,
-            2.0 * 2 * seqs * context * kv_heads * head_dim / (ms / 1e3) / GB, "GB/s", copy_gbs);
+        const double flops = 4.0 * head_dim * heads * seqs * (double(len) * (len + 1) / 2);
+        row("prefill attention", "8 x 2048, 32:8 x 128", ms, flops / (ms / 1e3) / 1e12, "TFLOP/s",
+            gemm_tflops);
     }
     return 0;
 }

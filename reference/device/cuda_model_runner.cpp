@@ -1,0 +1,511 @@
+// cuda_model_runner.cpp — see cuda_model_runner.h.
+#include "reference/device/cuda_model_runner.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <map>
+#include <unordered_set>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/fused_norm_kernels.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kv_append.h"
+#include "kernels/cuda/norm_kernels.h"
+#include "kernels/cuda/paged_decode_attention.h"
+#include "kernels/cuda/paged_prefill_attention.h"
+#include "kernels/cuda/rope_kernels.h"
+#include "kernels/cuda/sampling_kernels.h"
+#include "reference/common/error.h"
+#include "reference/device/cuda_weights.h"
+#include "reference/device/device_step_plan.h"
+
+namespace servelab {
+namespace {
+
+using bf16 = __nv_bfloat16;
+template <typename T>
+using DeviceBuffer = cuda::DeviceBuffer<T>;
+
+constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;  // cuBLAS's advice for Hopper
+
+int64_t ceil_div(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
+
+// The graph bucket for a decode batch of `num_seqs`: the next power of two,
+// so at most half of a replayed batch is padding, and log2(256) + 1 = 9
+// graphs cover every size.
+int64_t graph_bucket(int64_t num_seqs, int64_t max_graph_batch) {
+    return std::min(int64_t(std::bit_ceil(uint64_t(num_seqs))), max_graph_batch);
+}
+
+// The distinct ids among the last `window` tokens of `history` (0 = all):
+// the tokens the repetition penalty divides, each once, as the CPU does.
+void penalty_ids(std::span<const TokenId> history, int32_t window, int64_t vocab_size,
+                 std::vector<int32_t>& out) {
+    const size_t start =
+        (window > 0 && history.size() > size_t(window)) ? history.size() - size_t(window) : 0;
+    std::unordered_set<TokenId> seen;
+    for (size_t i = start; i < history.size(); ++i) {
+        const TokenId id = history[i];
+        if (id >= 0 && id < vocab_size && seen.insert(id).second) out.push_back(id);
+    }
+}
+
+}  // namespace
+
+int64_t cuda_kv_blocks_for_budget(const ModelConfig& config, int64_t block_size,
+                                  int64_t budget_bytes) {
+    const int64_t block_bytes =
+        2 * config.num_layers * block_size * config.kv_dim() * int64_t(sizeof(bf16));
+    return std::max<int64_t>(1, budget_bytes / block_bytes);
+}
+
+int64_t cuda_device_memory_bytes() {
+    const cuda::DeviceQuery query = cuda::query_devices();
+    if (query.devices.empty()) {
+        throw Error("--device cuda: no usable GPU (" +
+                    (query.error.empty() ? std::string("no devices") : query.error) + ")");
+    }
+    return int64_t(query.devices[0].total_memory_bytes);
+}
+
+// Activations for up to `tokens` tokens and `seqs` sequences of a step.
+struct Activations {
+    Activations(const ModelConfig& c, int64_t tokens, int64_t seqs, int64_t max_blocks_per_seq,
+                int64_t decode_workspace_floats)
+        : capacity_tokens(tokens),
+          capacity_seqs(seqs),
+          x(size_t(tokens * c.dim)),
+          normed(size_t(tokens * c.dim)),
+          q(size_t(tokens * c.q_dim())),
+          k(size_t(tokens * c.kv_dim())),
+          v(size_t(tokens * c.kv_dim())),
+          attn(size_t(tokens * c.attn_out_dim())),
+          delta(size_t(tokens * c.dim)),
+          gate(size_t(tokens * c.ffn_dim)),
+          up(size_t(tokens * c.ffn_dim)),
+          act(size_t(tokens * c.ffn_dim)),
+          last_hidden(size_t(seqs * c.dim)),
+          logits(size_t(seqs * c.vocab_size)),
+          // The plan: 3 arrays of tokens, 3 of sequences (+1) and the tables.
+          plan(size_t(3 * tokens + 3 * seqs + 1 + seqs * max_blocks_per_seq)),
+          decode_workspace(size_t(decode_workspace_floats)) {}
+
+    int64_t capacity_tokens;
+    int64_t capacity_seqs;
+    DeviceBuffer<bf16> x, normed, q, k, v, attn, delta, gate, up, act, last_hidden;
+    DeviceBuffer<float> logits;
+    DeviceBuffer<int32_t> plan;
+    DeviceBuffer<float> decode_workspace;
+};
+
+struct CudaModelRunner::Device {
+    cudaStream_t stream = nullptr;
+    cuda::CublasHandle cublas;
+    DeviceBuffer<uint8_t> cublas_workspace{kCublasWorkspaceBytes};
+    CudaWeights weights;
+    DeviceBuffer<float> rope_table{0};
+    std::vector<DeviceBuffer<bf16>> key_pools, value_pools;  // (num_layers)
+    std::unique_ptr<Activations> act;
+    int64_t max_blocks_per_seq = 0;             // the widest block table: the whole context
+    int64_t graph_num_splits = 0;               // split-K pieces of a graph's decode attention
+    std::map<int64_t, cudaGraphExec_t> graphs;  // decode step, by batch bucket
+    // Copy-on-write pairs and sampling inputs of the current step.
+    DeviceBuffer<int32_t> copy_pairs{0};
+    DeviceBuffer<cuda::DeviceSample> samples{0};
+    DeviceBuffer<int32_t> penalty_tokens{0};
+    DeviceBuffer<int32_t> sampled{0};
+    DeviceBuffer<float> sampling_workspace{0};
+
+    ~Device() {
+        drop_graphs();
+        if (stream != nullptr) cudaStreamDestroy(stream);
+    }
+    // Graphs hold the activation pointers they were captured with.
+    void drop_graphs() {
+        for (auto& [bucket, exec] : graphs) cudaGraphExecDestroy(exec);
+        graphs.clear();
+    }
+};
+
+namespace {
+
+// Grows `buffer` to at least `count` elements (contents are not kept).
+template <typename T>
+void ensure_size(DeviceBuffer<T>& buffer, size_t count) {
+    if (buffer.size() < count) buffer = DeviceBuffer<T>(std::max(count, 2 * buffer.size()));
+}
+
+template <typename T>
+void upload_async(DeviceBuffer<T>& buffer, std::span<const T> host, cudaStream_t stream) {
+    ensure_size(buffer, host.size());
+    SERVELAB_CUDA_CHECK(cudaMemcpyAsync(buffer.data(), host.data(), host.size_bytes(),
+                                        cudaMemcpyHostToDevice, stream));
+}
+
+}  // namespace
+
+CudaModelRunner::CudaModelRunner(const ModelConfig& config, const ModelWeights& weights,
+                                 const CudaRunnerOptions& options)
+    : config_(config), options_(options) {
+    cuda_device_memory_bytes();  // throws, with the runtime's reason, without a GPU
+    if (config.is_mla()) throw Error("--device cuda: MLA models run on the CPU only for now");
+    if (options.num_kv_blocks < 1 || options.block_size < 1) {
+        throw Error("--device cuda: the KV pool needs at least one block of at least one token");
+    }
+    if (options.num_kv_blocks * options.block_size >= (int64_t(1) << 31)) {
+        throw Error("--device cuda: the KV pool's rows must be addressable by int32 slots");
+    }
+    SERVELAB_CUDA_CHECK(cudaSetDevice(0));
+    device_ = std::make_unique<Device>();
+    Device& d = *device_;
+    SERVELAB_CUDA_CHECK(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking));
+    // One stream and one workspace for the handle's whole life (gemm.cu
+    // keeps both), so a decode step can be captured in a graph.
+    if (cublasSetStream(d.cublas.get(), d.stream) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetWorkspace(d.cublas.get(), d.cublas_workspace.data(), kCublasWorkspaceBytes) !=
+            CUBLAS_STATUS_SUCCESS) {
+        throw Error("--device cuda: could not bind cuBLAS to the runner's stream and workspace");
+    }
+    d.weights = CudaWeights::upload(config, weights);
+
+    const RopeParams rope{config.head_dim, config.rope_dim, config.rope_freq_base};
+    const std::vector<float> table = cuda::rope_cos_sin_table(rope, config.context_length);
+    d.rope_table = DeviceBuffer<float>(table.size());
+    d.rope_table.upload(table);
+
+    const size_t pool_elements =
+        size_t(options.num_kv_blocks * options.block_size * config.kv_dim());
+    for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+        for (auto* pools : {&d.key_pools, &d.value_pools}) {
+            pools->emplace_back(pool_elements);
+            // Rows past a sequence's end are never read, but zeros keep a
+            // stray read from turning into NaN.
+            pools->back().fill_bytes(0);
+        }
+    }
+    d.max_blocks_per_seq = ceil_div(config.context_length, options.block_size);
+    d.graph_num_splits = cuda::paged_decode_num_splits(config.context_length);
+}
+
+CudaModelRunner::~CudaModelRunner() = default;
+
+int64_t CudaModelRunner::weight_bytes() const {
+    return device_->weights.bytes();
+}
+
+int64_t CudaModelRunner::kv_pool_bytes() const {
+    return 2 * config_.num_layers * options_.num_kv_blocks * options_.block_size *
+           config_.kv_dim() * int64_t(sizeof(bf16));
+}
+
+int64_t CudaModelRunner::num_graphs_captured() const {
+    return int64_t(device_->graphs.size());
+}
+
+namespace {
+
+// The shape of one forward pass: everything a kernel launch depends on
+// besides the device arrays. A graph is valid for as long as this holds.
+struct StepShape {
+    int64_t num_tokens = 0;
+    int64_t num_seqs = 0;
+    int64_t max_blocks_per_seq = 0;
+    int64_t max_query_len = 0;
+    bool decode_only = false;
+    int64_t num_splits = 0;  // decode only
+};
+
+// Enqueues the forward pass of one planned step on `stream`: from the
+// token ids in the plan array to the logits of each sequence's last token.
+// Launches only (graph-capturable): no host synchronization, no allocation.
+void enqueue_forward(const ModelConfig& c, const CudaRunnerOptions& options,
+                     CudaModelRunner::Device& d, const StepShape& shape) {
+    Activations& a = *d.act;
+    const cudaStream_t stream = d.stream;
+    const int64_t T = shape.num_tokens;
+    const int64_t S = shape.num_seqs;
+    // The plan's arrays, at the offsets device_step_plan.h lays out.
+    const int32_t* plan = a.plan.data();
+    const int32_t* token_ids = plan;
+    const int32_t* positions = plan + T;
+    const int32_t* slots = plan + 2 * T;
+    const int32_t* last_rows = plan + 3 * T;
+    const int32_t* query_start = last_rows + S;
+    const int32_t* context_lens = query_start + S + 1;
+    const int32_t* block_tables = context_lens + S;
+
+    const RopeParams rope{c.head_dim, c.rope_dim, c.rope_freq_base};
+    const cuda::PagedDecodeShape decode_shape{.num_seqs = S,
+                                              .num_heads = c.num_heads,
+                                              .num_kv_heads = c.num_kv_heads,
+                                              .head_dim = c.head_dim,
+                                              .block_size = options.block_size,
+                                              .max_blocks_per_seq = shape.max_blocks_per_seq,
+                                              .max_context_len = c.context_length};
+    const cuda::PagedPrefillShape prefill_shape{.num_seqs = S,
+                                                .num_query_tokens = T,
+                                                .max_query_len = shape.max_query_len,
+                                                .num_heads = c.num_heads,
+                                                .num_kv_heads = c.num_kv_heads,
+                                                .head_dim = c.head_dim,
+                                                .block_size = options.block_size,
+                                                .max_blocks_per_seq = shape.max_blocks_per_seq};
+
+    cuda::embedding_gather_bf16(d.weights.token_embedding.data(), token_ids, a.x.data(), T, c.dim,
+                                c.vocab_size, stream);
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const CudaLayerWeights& w = d.weights.layers[size_t(l)];
+        bf16* key_pool = d.key_pools[size_t(l)].data();
+        bf16* value_pool = d.value_pools[size_t(l)].data();
+        // x += the previous layer's MLP output (none before layer 0); normed = rmsnorm(x).
+        cuda::add_rmsnorm_bf16(a.x.data(), l == 0 ? nullptr : a.delta.data(), w.attn_norm.data(),
+                               a.normed.data(), T, c.dim, c.rms_norm_eps, stream);
+        cuda::gemm_bf16(d.cublas, a.normed.data(), w.wq.data(), a.q.data(), T, c.dim, c.q_dim(),
+                        stream);
+        cuda::gemm_bf16(d.cublas, a.normed.data(), w.wk.data(), a.k.data(), T, c.dim, c.kv_dim(),
+                        stream);
+        cuda::gemm_bf16(d.cublas, a.normed.data(), w.wv.data(), a.v.data(), T, c.dim, c.kv_dim(),
+                        stream);
+        cuda::rope_bf16(a.q.data(), positions, d.rope_table.data(), T, c.num_heads, rope, stream);
+        cuda::rope_bf16(a.k.data(), positions, d.rope_table.data(), T, c.num_kv_heads, rope,
+                        stream);
+        // The step's keys and values join the pool first, so attention reads
+        // every key — cached ones and this step's — the same way.
+        cuda::kv_append_bf16(a.k.data(), a.v.data(), slots, key_pool, value_pool, T, c.kv_dim(),
+                             stream);
+        if (shape.decode_only) {
+            cuda::paged_decode_attention_splitk_bf16(
+                a.q.data(), key_pool, value_pool, block_tables, context_lens, a.attn.data(),
+                decode_shape, shape.num_splits, a.decode_workspace.data(), stream);
+        } else {
+            cuda::paged_prefill_attention_bf16(a.q.data(), key_pool, value_pool, block_tables,
+                                               query_start, context_lens, a.attn.data(),
+                                               prefill_shape, stream);
+        }
+        cuda::gemm_bf16(d.cublas, a.attn.data(), w.wo.data(), a.delta.data(), T, c.attn_out_dim(),
+                        c.dim, stream);
+        cuda::add_rmsnorm_bf16(a.x.data(), a.delta.data(), w.ffn_norm.data(), a.normed.data(), T,
+                               c.dim, c.rms_norm_eps, stream);
+        cuda::gemm_bf16(d.cublas, a.normed.data(), w.w_gate.data(), a.gate.data(), T, c.dim,
+                        c.ffn_dim, stream);
+        cuda::gemm_bf16(d.cublas, a.normed.data(), w.w_up.data(), a.up.data(), T, c.dim, c.ffn_dim,
+                        stream);
+        cuda::silu_mul_fast_bf16(a.gate.data(), a.up.data(), a.act.data(), T * c.ffn_dim, stream);
+        cuda::gemm_bf16(d.cublas, a.act.data(), w.w_down.data(), a.delta.data(), T, c.ffn_dim,
+                        c.dim, stream);
+    }
+    cuda::add_rmsnorm_bf16(a.x.data(), a.delta.data(), d.weights.output_norm.data(),
+                           a.normed.data(), T, c.dim, c.rms_norm_eps, stream);
+    // Only each sequence's last row needs logits: the vocabulary projection
+    // is the largest matmul of the step. The gather reuses the embedding
+    // kernel, the step's rows being the "table".
+    cuda::embedding_gather_bf16(a.normed.data(), last_rows, a.last_hidden.data(), S, c.dim, T,
+                                stream);
+    cuda::gemm_bf16_f32_out(d.cublas, a.last_hidden.data(), d.weights.output_matrix(),
+                            a.logits.data(), S, c.dim, c.vocab_size, stream);
+}
+
+}  // namespace
+
+void CudaModelRunner::forward(const StepBatch& batch, PagedKvCache& cache) {
+    Device& d = *device_;
+    if (cache.storage() != KvStorage::kDevice || cache.num_blocks() > options_.num_kv_blocks ||
+        cache.block_size() != options_.block_size) {
+        throw Error(fmt::format(
+            "--device cuda: the paged cache ({} blocks of {}) is not one the GPU pool "
+            "can mirror ({} blocks of {}, device storage)",
+            cache.num_blocks(), cache.block_size(), options_.num_kv_blocks, options_.block_size));
+    }
+    const DeviceStepLimits limits{config_.vocab_size, config_.context_length, cache.num_blocks(),
+                                  cache.block_size()};
+    const bool decode_only =
+        std::all_of(batch.chunks.begin(), batch.chunks.end(),
+                    [](const SequenceChunk& c) { return c.step.tokens.size() == 1; });
+    const int64_t num_real_seqs = int64_t(batch.chunks.size());
+    const bool use_graph = options_.cuda_graphs && decode_only && num_real_seqs > 0 &&
+                           num_real_seqs <= options_.max_graph_batch;
+    const int64_t bucket = use_graph ? graph_bucket(num_real_seqs, options_.max_graph_batch) : 0;
+    // A graph's block tables have the fixed stride of a whole context.
+    const DeviceStepPlan plan =
+        plan_device_step(batch.chunks, limits, bucket, use_graph ? d.max_blocks_per_seq : 0);
+
+    StepShape shape{
+        .num_tokens = plan.num_tokens,
+        .num_seqs = plan.num_seqs,
+        .max_blocks_per_seq = plan.max_blocks_per_seq,
+        .max_query_len = plan.max_query_len,
+        .decode_only = plan.decode_only,
+        .num_splits = use_graph ? d.graph_num_splits
+                                : std::min(d.graph_num_splits,
+                                           cuda::paged_decode_num_splits(plan.max_context_len))};
+
+    // Buffers: grown (and the graphs, which point into them, dropped) when a
+    // step is larger than any before.
+    if (!d.act || d.act->capacity_tokens < plan.num_tokens ||
+        d.act->capacity_seqs < plan.num_seqs) {
+        const int64_t tokens =
+            std::max({plan.num_tokens, options_.max_tokens_per_step, options_.max_graph_batch,
+                      d.act ? 2 * d.act->capacity_tokens : int64_t(0)});
+        const cuda::PagedDecodeShape widest{.num_seqs = tokens,
+                                            .num_heads = config_.num_heads,
+                                            .num_kv_heads = config_.num_kv_heads,
+                                            .head_dim = config_.head_dim,
+                                            .block_size = options_.block_size,
+                                            .max_blocks_per_seq = d.max_blocks_per_seq,
+                                            .max_context_len = config_.context_length};
+        d.drop_graphs();
+        d.act.reset();  // free the old buffers before allocating the new ones
+        d.act = std::make_unique<Activations>(
+            config_, tokens, tokens, d.max_blocks_per_seq,
+            cuda::paged_decode_workspace_floats(widest, d.graph_num_splits));
+    }
+
+    // Copy-on-write copies the host made since the last step, before any
+    // of this step's writes (a copied block's source is never written by
+    // the step that copies it: the sequence writes into the copy).
+    if (!batch.block_copies.empty()) replay_block_copies(batch.block_copies, cache.num_blocks());
+
+    SERVELAB_CUDA_CHECK(cudaMemcpyAsync(d.act->plan.data(), plan.data.data(),
+                                        plan.data.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                        d.stream));
+    if (!use_graph) {
+        enqueue_forward(config_, options_, d, shape);
+    } else if (const auto found = d.graphs.find(bucket); found != d.graphs.end()) {
+        SERVELAB_CUDA_CHECK(cudaGraphLaunch(found->second, d.stream));
+        ++num_graph_launches_;
+    } else {
+        // First step of this bucket: run it directly (which also loads every
+        // kernel and lets cuBLAS pick its algorithms outside a capture),
+        // then capture the same launches for the steps to come.
+        enqueue_forward(config_, options_, d, shape);
+        cudaGraph_t graph = nullptr;
+        SERVELAB_CUDA_CHECK(cudaStreamBeginCapture(d.stream, cudaStreamCaptureModeThreadLocal));
+        try {
+            enqueue_forward(config_, options_, d, shape);
+        } catch (...) {
+            cudaStreamEndCapture(d.stream, &graph);
+            if (graph != nullptr) cudaGraphDestroy(graph);
+            throw;
+        }
+        SERVELAB_CUDA_CHECK(cudaStreamEndCapture(d.stream, &graph));
+        cudaGraphExec_t exec = nullptr;
+        const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+        cudaGraphDestroy(graph);
+        SERVELAB_CUDA_CHECK(instantiated);
+        d.graphs[bucket] = exec;
+    }
+    num_tokens_computed_ += plan.num_tokens - (plan.num_seqs - num_real_seqs);
+    last_num_seqs_ = num_real_seqs;
+}
+
+void CudaModelRunner::replay_block_copies(std::span<const BlockCopy> copies, int64_t num_blocks) {
+    Device& d = *device_;
+    // One launch copies its pairs in parallel, so a pair must not read a
+    // block an earlier pair of the same launch writes, nor write one it
+    // reads. (Rare, but possible: a block copied from, then freed and
+    // reallocated as another copy's target in the same step.) Such a pair
+    // starts a new launch; launches run in order on the stream.
+    std::vector<int32_t> pairs;
+    std::vector<size_t> group_starts = {0};  // in pairs
+    std::unordered_set<int32_t> sources, targets;
+    for (const BlockCopy& copy : copies) {
+        if (copy.from < 0 || copy.from >= num_blocks || copy.to < 0 || copy.to >= num_blocks) {
+            throw Error("--device cuda: a block copy names a block outside the pool");
+        }
+        if (targets.count(copy.from) > 0 || sources.count(copy.to) > 0) {
+            group_starts.push_back(pairs.size() / 2);
+            sources.clear();
+            targets.clear();
+        }
+        sources.insert(copy.from);
+        targets.insert(copy.to);
+        pairs.push_back(copy.from);
+        pairs.push_back(copy.to);
+    }
+    group_starts.push_back(pairs.size() / 2);
+    upload_async(d.copy_pairs, std::span<const int32_t>(pairs), d.stream);
+    for (size_t g = 0; g + 1 < group_starts.size(); ++g) {
+        const int32_t* group = d.copy_pairs.data() + 2 * group_starts[g];
+        const int64_t count = int64_t(group_starts[g + 1] - group_starts[g]);
+        for (int64_t l = 0; l < config_.num_layers; ++l) {
+            for (auto* pools : {&d.key_pools, &d.value_pools}) {
+                cuda::kv_copy_blocks_bf16((*pools)[size_t(l)].data(), group, count,
+                                          options_.block_size, config_.kv_dim(), d.stream);
+            }
+        }
+    }
+}
+
+std::vector<TokenId> CudaModelRunner::run_step(const StepBatch& batch, PagedKvCache& cache) {
+    forward(batch, cache);
+    Device& d = *device_;
+    std::vector<TokenId> tokens(batch.samples.size());
+    if (batch.samples.empty()) {
+        SERVELAB_CUDA_CHECK(cudaStreamSynchronize(d.stream));
+        return tokens;
+    }
+    std::vector<cuda::DeviceSample> samples;
+    std::vector<int32_t> penalized;
+    for (const SampleRequest& request : batch.samples) {
+        if (request.row < 0 || request.row >= last_num_seqs_) {
+            throw Error(fmt::format("run_step: sample of row {} in a batch of {} chunks",
+                                    request.row, last_num_seqs_));
+        }
+        const SamplingParams& p = request.sampler->params();
+        cuda::DeviceSample sample;
+        sample.logits_row = int32_t(request.row);
+        sample.temperature = p.temperature;
+        sample.top_k = p.top_k;
+        sample.top_p = p.top_p;
+        sample.min_p = p.min_p;
+        sample.repetition_penalty = p.repetition_penalty;
+        sample.penalty_begin = int32_t(penalized.size());
+        if (p.repetition_penalty != 1.0f) {
+            penalty_ids(request.history, p.repetition_window, config_.vocab_size, penalized);
+        }
+        sample.penalty_end = int32_t(penalized.size());
+        // The request's own random stream, drawn exactly when the CPU sampler
+        // would draw (once per non-greedy token).
+        sample.uniform = p.temperature > 0.0f ? request.sampler->next_uniform() : 0.0;
+        samples.push_back(sample);
+    }
+    const int64_t n = int64_t(samples.size());
+    upload_async(d.samples, std::span<const cuda::DeviceSample>(samples), d.stream);
+    if (!penalized.empty())
+        upload_async(d.penalty_tokens, std::span<const int32_t>(penalized), d.stream);
+    ensure_size(d.penalty_tokens, 1);  // a valid pointer even when no sample penalizes
+    ensure_size(d.sampled, size_t(n));
+    ensure_size(d.sampling_workspace,
+                size_t(cuda::sampling_workspace_floats(n, config_.vocab_size)));
+    cuda::sample_tokens(d.act->logits.data(), d.samples.data(), d.penalty_tokens.data(),
+                        d.sampled.data(), n, config_.vocab_size, d.sampling_workspace.data(),
+                        d.stream);
+    std::vector<int32_t> ids(size_t(n), 0);
+    SERVELAB_CUDA_CHECK(cudaMemcpyAsync(ids.data(), d.sampled.data(), size_t(n) * sizeof(int32_t),
+                                        cudaMemcpyDeviceToHost, d.stream));
+    SERVELAB_CUDA_CHECK(cudaStreamSynchronize(d.stream));
+    for (size_t i = 0; i < ids.size(); ++i) tokens[i] = TokenId(ids[i]);
+    return tokens;
+}
+
+std::vector<float> CudaModelRunner::forward_logits(const StepBatch& batch, PagedKvCache& cache) {
+    forward(batch, cache);
+    Device& d = *device_;
+    std::vector<float> logits(size_t(last_num_seqs_ * config_.vocab_size));
+    SERVELAB_CUDA_CHECK(cudaMemcpyAsync(logits.data(), d.act->logits.data(),
+                                        logits.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                        d.stream));
+    SERVELAB_CUDA_CHECK(cudaStreamSynchronize(d.stream));
+    return logits;
+}
+
+}  // namespace servelab

@@ -1,0 +1,95 @@
+// cuda_model_runner.h — the engine's forward pass and sampling on an NVIDIA GPU.
+//
+// Part of the CUDA backend (issue 7; chapters 11.2-11.5 on a GPU). The same
+// StepRunner contract as the CPU ModelRunner (reference/engine/step_runner.h),
+// so the same Engine — scheduler, paged cache, continuous batching — drives
+// it; `--device cuda` picks it. What lives where:
+//   host:   the scheduler, the block allocator and block tables (bookkeeping
+//           only: the PagedKvCache is created with KvStorage::kDevice), and
+//           the plan step that flattens a step into integer arrays
+//           (device_step_plan.h);
+//   device: the bf16 weights (cuda_weights.h), the KV block pool (one key and
+//           one value pool per layer, rows indexed exactly as the host
+//           allocator's block ids say), the activations, and sampling. Only
+//           the plan goes down and only token ids come back.
+// One layer on the device, for the step's T tokens:
+//   add_rmsnorm (residual += last sub-block's output; fused)  → q, k, v (cuBLAS)
+//   → RoPE → KV append into the pool → attention (FlashAttention-style over
+//   the pool for prefill chunks; split-K GQA decode for decode-only steps)
+//   → wo (cuBLAS) → add_rmsnorm → gate, up (cuBLAS) → SiLU·up → down (cuBLAS)
+// Decode-only steps run as CUDA graphs, one per batch-size bucket (1, 2, 4,
+// … 256 sequences, padded): a decode step is ~10 kernels per layer, each a
+// few microseconds, and launching them one by one from the host would cost
+// as much as running them; a graph replays the whole step in one launch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "reference/engine/step_runner.h"
+#include "reference/model/model_config.h"
+#include "reference/model/model_weights.h"
+
+namespace servelab {
+
+struct CudaRunnerOptions {
+    int64_t num_kv_blocks = 1024;  // the device pool; cuda_kv_blocks_for_budget sizes it
+    int64_t block_size = 16;
+    int64_t max_tokens_per_step = 2048;  // activation buffers; larger steps grow them
+    bool cuda_graphs = true;
+    int64_t max_graph_batch = 256;  // decode steps with more sequences run without a graph
+};
+
+// Blocks of a bf16 device pool that fit `budget_bytes` (at least 1).
+int64_t cuda_kv_blocks_for_budget(const ModelConfig& config, int64_t block_size,
+                                  int64_t budget_bytes);
+// Total memory of GPU 0, for --kv-memory fractions; throws without a GPU.
+int64_t cuda_device_memory_bytes();
+
+class CudaModelRunner : public StepRunner {
+  public:
+    // Uploads the weights and allocates the pool. Throws servelab::Error
+    // without a usable GPU, for an MLA model, or when memory runs out.
+    CudaModelRunner(const ModelConfig& config, const ModelWeights& weights,
+                    const CudaRunnerOptions& options);
+    ~CudaModelRunner() override;
+    CudaModelRunner(const CudaModelRunner&) = delete;
+    CudaModelRunner& operator=(const CudaModelRunner&) = delete;
+
+    // The pool is the bookkeeping of this runner's device pool: created with
+    // KvStorage::kDevice and options.block_size, with at most
+    // options.num_kv_blocks blocks (a smaller one uses the first of them:
+    // runner_generate.h's one-request pools).
+    std::vector<TokenId> run_step(const StepBatch& batch, PagedKvCache& cache) override;
+    int64_t num_tokens_computed() const override { return num_tokens_computed_; }
+    KvStorage kv_storage() const override { return KvStorage::kDevice; }
+
+    // The same forward pass, returning the logits of each chunk's last token
+    // ((chunks, vocab) fp32, downloaded) instead of sampling: for tests
+    // against the CPU runner.
+    std::vector<float> forward_logits(const StepBatch& batch, PagedKvCache& cache);
+
+    int64_t weight_bytes() const;
+    int64_t kv_pool_bytes() const;
+    int64_t num_graphs_captured() const;
+    int64_t num_graph_launches() const { return num_graph_launches_; }
+
+    struct Device;  // every CUDA object; opaque here, so this header needs no CUDA
+
+  private:
+    // Runs the forward pass up to the logits (on the device, not synchronized).
+    void forward(const StepBatch& batch, PagedKvCache& cache);
+    // Copy-on-write copies the host made since the last step, on the device.
+    void replay_block_copies(std::span<const BlockCopy> copies, int64_t num_blocks);
+
+    const ModelConfig& config_;
+    CudaRunnerOptions options_;
+    std::unique_ptr<Device> device_;
+    int64_t num_tokens_computed_ = 0;
+    int64_t num_graph_launches_ = 0;
+    int64_t last_num_seqs_ = 0;  // rows of logits the last forward left
+};
+
+}  // namespace servelab

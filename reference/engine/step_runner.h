@@ -1,0 +1,57 @@
+// step_runner.h — what the engine asks of a device: one forward pass over a batch, then its tokens.
+//
+// Part of the engine (Lab 5, chapter 11.5; the CUDA backend, issue 7). The
+// Engine decides WHAT to compute (the scheduler's chunks) and owns every
+// request's state; a StepRunner decides WHERE: the CPU ModelRunner, or the
+// CUDA runner (reference/device/cuda_model_runner.h). One call is one
+// iteration of continuous batching:
+//   forward pass over the chunks  →  the logits of each chunk's last token
+//   → the samples the engine asks for  →  token ids
+// Sampling sits inside the call so a GPU never copies vocab-sized logits
+// back to the host: only the token ids travel. Each sample names its
+// request's own Sampler (its parameters and random stream), so a request's
+// tokens depend on its seed alone, on either device.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "reference/engine/step_input.h"
+#include "reference/kv/block_table.h"
+#include "reference/kv/paged_kv_cache.h"
+#include "reference/sampling/sampler.h"
+
+namespace servelab {
+
+// One token to draw from the logits of chunk `row`'s last token. Several
+// samples may share a row (n completions of one prompt).
+struct SampleRequest {
+    int64_t row = 0;
+    Sampler* sampler = nullptr;
+    std::span<const TokenId> history;  // the request's tokens so far (repetition penalty)
+};
+
+struct StepBatch {
+    std::span<const SequenceChunk> chunks;
+    // Copy-on-write copies the block manager made since the last step, in
+    // order. The host pool has already copied its rows; a device pool
+    // replays them before writing this step's keys and values.
+    std::span<const BlockCopy> block_copies;
+    std::span<const SampleRequest> samples;
+};
+
+class StepRunner {
+  public:
+    virtual ~StepRunner() = default;
+    // Runs the chunks (each ending at its table's num_tokens(), keys and
+    // values written to the blocks the tables name) and returns one token
+    // per sample, in order. Throws servelab::Error for a malformed batch.
+    virtual std::vector<TokenId> run_step(const StepBatch& batch, PagedKvCache& cache) = 0;
+    // Tokens pushed through the layers so far, over all steps.
+    virtual int64_t num_tokens_computed() const = 0;
+    // Where the pool's rows must live for this runner (PagedKvCache's storage).
+    virtual KvStorage kv_storage() const { return KvStorage::kHost; }
+};
+
+}  // namespace servelab

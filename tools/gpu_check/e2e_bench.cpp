@@ -1,0 +1,163 @@
+// e2e_bench.cpp — the whole engine on the GPU: decode tokens/s by batch size, prefill tokens/s.
+//
+// CUDA backend (issue 7), run by tools/gpu_check.sh on the GPU machine. The
+// model is SmolLM2-135M: the real GGUF when data/models holds it, otherwise
+// a random model of exactly its shapes (30 layers, dim 576, 9 query and 3 KV
+// heads, FFN 1536, vocabulary 49152, tied head) — the same bytes move and
+// the same FLOPs run, so the speed is the same; only the text is noise.
+//
+// Measured through the real Engine (scheduler, paged pool, CUDA graphs,
+// sampling on the device), greedy, ignore_eos:
+//   decode: B requests of 32-token prompts, 128 tokens each; tokens/s over
+//     the decode-only steps (prefill steps excluded), for B = 1, 8, 64, 256;
+//   prefill: 16 prompts of 512 tokens, 1 token each, chunks of 2048 tokens.
+// And the batch-1 roofline (METHOD.md): a decode step must read every weight
+// once, so steps/s ≤ copy bandwidth / weight bytes; the fraction reached is
+// printed. The copy bandwidth is measured here first (1 GiB device copy).
+// Prints a table, and one JSON line per figure for the logs.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/device_info.h"
+#include "reference/device/cuda_model_runner.h"
+#include "reference/engine/engine.h"
+#include "reference/model/model.h"
+#include "reference/model/tiny_model.h"
+
+namespace {
+
+using namespace servelab;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Device-to-device copy bandwidth in GB/s (bytes read + written), best of 5.
+double copy_bandwidth_gbs() {
+    const size_t bytes = size_t(1) << 30;
+    cuda::DeviceBuffer<char> a(bytes), b(bytes);
+    a.fill_bytes(1);
+    double best_s = 1e9;
+    for (int i = 0; i < 6; ++i) {
+        const auto start = Clock::now();
+        SERVELAB_CUDA_CHECK(cudaMemcpy(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice));
+        SERVELAB_CUDA_CHECK(cudaDeviceSynchronize());
+        if (i > 0) best_s = std::min(best_s, seconds_since(start));
+    }
+    return 2.0 * double(bytes) / best_s / 1e9;
+}
+
+Model smollm2_or_its_shape(std::string& source) {
+    const std::string path =
+        std::string(SERVELAB_SOURCE_DIR) + "/data/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    if (std::ifstream(path)) {
+        source = "SmolLM2-135M-Instruct Q4_1 (bf16 on the GPU)";
+        return Model::load(path);
+    }
+    source = "random weights of SmolLM2-135M's shapes";
+    TinyModelOptions o;
+    o.seed = 7;
+    o.num_layers = 30;
+    o.dim = 576;
+    o.num_heads = 9;
+    o.num_kv_heads = 3;
+    o.ffn_dim = 1536;
+    o.context_length = 8192;
+    o.rope_freq_base = 100000.0f;
+    o.weight_type = GgmlType::kF16;
+    o.vocab_size = 49152;
+    return Model::from_gguf(GgufFile::parse(make_tiny_model(o)));
+}
+
+struct Figures {
+    double tokens_per_s = 0;
+    double steps_per_s = 0;
+    int64_t graph_launches = 0;
+};
+
+// Runs `num_requests` prompts of `prompt_tokens` through a fresh engine;
+// times the decode-only steps (decode = true) or every step (prefill).
+Figures run(const Model& model, CudaModelRunner& runner, const EngineConfig& config,
+            int64_t num_requests, int64_t prompt_tokens, int32_t max_tokens, bool decode,
+            std::mt19937& rng) {
+    Engine engine(model, runner, config);
+    SamplingParams params;
+    params.max_tokens = max_tokens;
+    params.ignore_eos = true;
+    std::uniform_int_distribution<int> token(0, int(model.config.vocab_size) - 1);
+    for (int64_t r = 0; r < num_requests; ++r) {
+        std::vector<TokenId> prompt;
+        for (int64_t i = 0; i < prompt_tokens; ++i) prompt.push_back(token(rng));
+        engine.add_request(std::move(prompt), params);
+    }
+    const int64_t launches_before = runner.num_graph_launches();
+    double timed_s = 0;
+    int64_t timed_tokens = 0, timed_steps = 0;
+    while (engine.has_unfinished()) {
+        const auto start = Clock::now();
+        const StepOutput out = engine.step();
+        const double s = seconds_since(start);
+        if (decode && out.num_prefill_tokens > 0) continue;
+        timed_s += s;
+        timed_tokens += decode ? int64_t(out.tokens.size()) : out.num_prefill_tokens;
+        ++timed_steps;
+    }
+    return {double(timed_tokens) / timed_s, double(timed_steps) / timed_s,
+            runner.num_graph_launches() - launches_before};
+}
+
+}  // namespace
+
+int main() {
+    const cuda::DeviceQuery query = cuda::query_devices();
+    if (query.devices.empty()) {
+        std::printf("e2e_bench: no usable GPU (%s)\n", query.error.c_str());
+        return 0;
+    }
+    std::string source;
+    const Model model = smollm2_or_its_shape(source);
+    const double copy_gbs = copy_bandwidth_gbs();
+
+    EngineConfig config;
+    config.block_size = 16;
+    config.num_kv_blocks = 8192;  // 131k tokens: 256 requests of 160 fit many times over
+    config.scheduler.max_num_seqs = 256;
+    config.scheduler.max_num_batched_tokens = 2048;
+    CudaModelRunner runner(model.config, model.weights,
+                           {.num_kv_blocks = config.num_kv_blocks,
+                            .block_size = config.block_size,
+                            .max_tokens_per_step = 2048});
+    const double weight_gb = double(runner.weight_bytes()) / 1e9;
+    std::mt19937 rng(1234);
+    run(model, runner, config, 8, 32, 8, true, rng);  // warm-up: loads kernels, captures graphs
+
+    std::printf("\nend to end on %s: %s\n", query.devices[0].name.c_str(), source.c_str());
+    std::printf("weights %.3f GB bf16, copy bandwidth %.0f GB/s\n", weight_gb, copy_gbs);
+    std::printf("%-34s %12s %12s %12s\n", "case", "tokens/s", "steps/s", "roofline");
+    for (int64_t batch : {1, 8, 64, 256}) {
+        const Figures f = run(model, runner, config, batch, 32, 128, true, rng);
+        // Every step reads every weight once: the batch-1 ceiling.
+        const double roofline_steps_per_s = copy_gbs / weight_gb;
+        std::printf("%-34s %12.0f %12.1f %11.0f%%\n",
+                    ("decode, batch " + std::to_string(batch)).c_str(), f.tokens_per_s,
+                    f.steps_per_s, 100.0 * f.steps_per_s / roofline_steps_per_s);
+        std::fprintf(stderr,
+                     "{\"case\": \"decode\", \"batch\": %lld, \"tokens_per_s\": %.1f, "
+                     "\"steps_per_s\": %.2f, \"graph_launches\": %lld}\n",
+                     (long long)batch, f.tokens_per_s, f.steps_per_s, (long long)f.graph_launches);
+    }
+    const Figures prefill = run(model, runner, config, 16, 512, 1, false, rng);
+    std::printf("%-34s %12.0f %12.1f %12s\n", "prefill, 16 x 512 tokens", prefill.tokens_per_s,
+                prefill.steps_per_s, "");
+    std::fprintf(stderr, "{\"case\": \"prefill\", \"tokens_per_s\": %.1f}\n", prefill.tokens_per_s);
+    return 0;
+}
