@@ -39,6 +39,19 @@ int64_t ceil_div(int64_t a, int64_t b) {
     return (a + b - 1) / b;
 }
 
+// The decode attention's shape for `num_seqs` sequences whose block
+// tables have `max_blocks_per_seq` columns.
+cuda::PagedDecodeShape decode_shape_of(const ModelConfig& c, const CudaRunnerOptions& options,
+                                       int64_t num_seqs, int64_t max_blocks_per_seq) {
+    return {.num_seqs = num_seqs,
+            .num_heads = c.num_heads,
+            .num_kv_heads = c.num_kv_heads,
+            .head_dim = c.head_dim,
+            .block_size = options.block_size,
+            .max_blocks_per_seq = max_blocks_per_seq,
+            .max_context_len = c.context_length};
+}
+
 // The graph bucket for a decode batch of `num_seqs`: the next power of two,
 // so at most half of a replayed batch is padding, and log2(256) + 1 = 9
 // graphs cover every size.
@@ -244,13 +257,8 @@ void enqueue_forward(const ModelConfig& c, const CudaRunnerOptions& options,
     const int32_t* block_tables = context_lens + S;
 
     const RopeParams rope{c.head_dim, c.rope_dim, c.rope_freq_base};
-    const cuda::PagedDecodeShape decode_shape{.num_seqs = S,
-                                              .num_heads = c.num_heads,
-                                              .num_kv_heads = c.num_kv_heads,
-                                              .head_dim = c.head_dim,
-                                              .block_size = options.block_size,
-                                              .max_blocks_per_seq = shape.max_blocks_per_seq,
-                                              .max_context_len = c.context_length};
+    const cuda::PagedDecodeShape decode_shape =
+        decode_shape_of(c, options, S, shape.max_blocks_per_seq);
     const cuda::PagedPrefillShape prefill_shape{.num_seqs = S,
                                                 .num_query_tokens = T,
                                                 .max_query_len = shape.max_query_len,
@@ -355,13 +363,8 @@ void CudaModelRunner::forward(const StepBatch& batch, PagedKvCache& cache) {
         const int64_t tokens =
             std::max({plan.num_tokens, options_.max_tokens_per_step, options_.max_graph_batch,
                       d.act ? 2 * d.act->capacity_tokens : int64_t(0)});
-        const cuda::PagedDecodeShape widest{.num_seqs = tokens,
-                                            .num_heads = config_.num_heads,
-                                            .num_kv_heads = config_.num_kv_heads,
-                                            .head_dim = config_.head_dim,
-                                            .block_size = options_.block_size,
-                                            .max_blocks_per_seq = d.max_blocks_per_seq,
-                                            .max_context_len = config_.context_length};
+        const cuda::PagedDecodeShape widest =
+            decode_shape_of(config_, options_, tokens, d.max_blocks_per_seq);
         d.drop_graphs();
         d.act.reset();  // free the old buffers before allocating the new ones
         d.act = std::make_unique<Activations>(

@@ -30,60 +30,19 @@
 #include "kernels/cuda/kv_append.h"
 #include "kernels/cuda/paged_decode_attention.h"
 #include "kernels/cuda/paged_prefill_attention.h"
-#include "tests/unit/test_util.h"
+#include "tests/unit/cuda_test_util.h"
 
 namespace servelab {
 namespace {
 
-using bf16 = __nv_bfloat16;
+using test::bf16;
+using test::expect_bf16_close;
+using test::on_device;
+using test::rounded;
+using test::to_bf16;
+using test::to_float;
 
-std::vector<bf16> to_bf16(const std::vector<float>& values) {
-    std::vector<bf16> out;
-    for (float v : values) out.push_back(__float2bfloat16(v));
-    return out;
-}
-
-std::vector<float> to_float(const std::vector<bf16>& values) {
-    std::vector<float> out;
-    for (bf16 v : values) out.push_back(__bfloat162float(v));
-    return out;
-}
-
-// The bf16 values as floats: what the GPU kernels actually read.
-std::vector<float> rounded(const std::vector<float>& values) {
-    return to_float(to_bf16(values));
-}
-
-template <typename T>
-cuda::DeviceBuffer<T> on_device(const std::vector<T>& host) {
-    cuda::DeviceBuffer<T> buffer(host.size());
-    buffer.upload(host);
-    return buffer;
-}
-
-void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, const char* what) {
-    ASSERT_EQ(gpu.size(), cpu.size());
-    size_t bad = 0;
-    for (size_t i = 0; i < gpu.size(); ++i) {
-        const float bound = 0.0078125f * std::fabs(cpu[i]) + 1e-3f;
-        if (!(std::fabs(gpu[i] - cpu[i]) <= bound)) {  // also catches NaN (the poison)
-            if (++bad <= 3)
-                ADD_FAILURE() << what << "[" << i << "]: gpu " << gpu[i] << ", cpu " << cpu[i];
-        }
-    }
-    EXPECT_EQ(bad, 0u) << what;
-}
-
-class CudaAttention : public ::testing::Test {
-  protected:
-    void SetUp() override {
-        const cuda::DeviceQuery query = cuda::query_devices();
-        if (query.devices.empty()) {
-            GTEST_SKIP() << "no usable GPU: " << (query.error.empty() ? "no devices" : query.error);
-        }
-    }
-    test::RandomSource random_;
-};
+class CudaAttention : public test::CudaTest {};
 
 // One attention configuration: query heads, KV heads, head width, block size.
 struct AttentionCase {
@@ -257,7 +216,7 @@ TEST_F(CudaAttention, PagedPrefillAttentionEqualsTheCpuPagedAttention) {
         cuda::paged_prefill_attention_bf16(q_gpu.data(), keys_gpu.data(), values_gpu.data(),
                                            tables_gpu.data(), query_start_gpu.data(),
                                            lens_gpu.data(), out.data(), shape, 0);
-        expect_close(to_float(out.download()), expected, "paged prefill attention");
+        expect_bf16_close(to_float(out.download()), expected, "paged prefill attention");
     }
 }
 
@@ -325,7 +284,7 @@ TEST_F(CudaAttention, SplitKDecodeEqualsTheCpuPagedAttention) {
                 q_gpu.data(), keys_gpu.data(), values_gpu.data(), tables_gpu.data(),
                 lens_gpu.data(), out.data(), shape, num_splits, workspace.data(), 0);
             const std::vector<float> gpu = to_float(out.download());
-            expect_close(gpu, expected, "split-K paged decode attention");
+            expect_bf16_close(gpu, expected, "split-K paged decode attention");
             for (int64_t i = 0; i < q_row; ++i) {  // sequence 0 (length 0): exact zeros
                 ASSERT_EQ(gpu[size_t(i)], 0.0f) << "empty context, element " << i;
             }

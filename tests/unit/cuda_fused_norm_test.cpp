@@ -25,28 +25,17 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/fused_norm_kernels.h"
-#include "tests/unit/test_util.h"
+#include "tests/unit/cuda_test_util.h"
 
 namespace servelab {
 namespace {
 
-using bf16 = __nv_bfloat16;
-
-std::vector<bf16> to_bf16(const std::vector<float>& values) {
-    std::vector<bf16> out;
-    for (float v : values) out.push_back(__float2bfloat16(v));
-    return out;
-}
-
-std::vector<float> to_float(const std::vector<bf16>& values) {
-    std::vector<float> out;
-    for (bf16 v : values) out.push_back(__bfloat162float(v));
-    return out;
-}
-
-std::vector<float> rounded(const std::vector<float>& values) {
-    return to_float(to_bf16(values));
-}
+using test::bf16;
+using test::expect_bf16_close;
+using test::on_device;
+using test::rounded;
+using test::to_bf16;
+using test::to_float;
 
 // A device copy of `host` starting `offset` elements into its allocation
 // (offset 1: only 2-byte aligned, which forces single-value loads).
@@ -76,29 +65,7 @@ class OffsetBuffer {
     cuda::DeviceBuffer<bf16> buffer_;
 };
 
-void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, const char* what) {
-    ASSERT_EQ(gpu.size(), cpu.size());
-    size_t bad = 0;
-    for (size_t i = 0; i < gpu.size(); ++i) {
-        const float bound = 0.0078125f * std::fabs(cpu[i]) + 1e-3f;
-        if (!(std::fabs(gpu[i] - cpu[i]) <= bound)) {  // also catches NaN (the poison)
-            if (++bad <= 3)
-                ADD_FAILURE() << what << "[" << i << "]: gpu " << gpu[i] << ", cpu " << cpu[i];
-        }
-    }
-    EXPECT_EQ(bad, 0u) << what;
-}
-
-class CudaFusedNorm : public ::testing::Test {
-  protected:
-    void SetUp() override {
-        const cuda::DeviceQuery query = cuda::query_devices();
-        if (query.devices.empty()) {
-            GTEST_SKIP() << "no usable GPU: " << (query.error.empty() ? "no devices" : query.error);
-        }
-    }
-    test::RandomSource random_;
-};
+class CudaFusedNorm : public test::CudaTest {};
 
 // (rows, dim, offset in elements of every pointer)
 using NormShape = std::tuple<int64_t, int64_t, size_t>;
@@ -126,7 +93,7 @@ TEST_F(CudaFusedNorm, AddRmsNormEqualsTheUnfusedCpuPair) {
         cuda::add_rmsnorm_bf16(residual_gpu.data(), delta_gpu.data(), weight_gpu.data(), out.data(),
                                rows, dim, 1e-5f, 0);
         EXPECT_EQ(residual_gpu.download(), new_residual);
-        expect_close(out.download(), expected, "add_rmsnorm");
+        expect_bf16_close(out.download(), expected, "add_rmsnorm");
     }
 }
 
@@ -145,7 +112,7 @@ TEST_F(CudaFusedNorm, WithoutDeltaItIsAPlainRmsNorm) {
         cuda::add_rmsnorm_bf16(residual_gpu.data(), nullptr, weight_gpu.data(), out.data(), rows,
                                dim, 1e-5f, 0);
         EXPECT_EQ(residual_gpu.download(), x);  // untouched
-        expect_close(out.download(), expected, "rmsnorm (no delta)");
+        expect_bf16_close(out.download(), expected, "rmsnorm (no delta)");
     }
 }
 
@@ -167,7 +134,7 @@ TEST_F(CudaFusedNorm, SiluMulFastEqualsTheCpuSwiglu) {
         OffsetBuffer gate_gpu(gate, offset), up_gpu(up, offset);
         OffsetBuffer out(size_t(n), offset);
         cuda::silu_mul_fast_bf16(gate_gpu.data(), up_gpu.data(), out.data(), n, 0);
-        expect_close(out.download(), expected, "silu_mul_fast");
+        expect_bf16_close(out.download(), expected, "silu_mul_fast");
     }
 }
 

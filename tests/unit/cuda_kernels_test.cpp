@@ -31,60 +31,19 @@
 #include "kernels/cuda/norm_kernels.h"
 #include "kernels/cuda/paged_decode_attention.h"
 #include "kernels/cuda/rope_kernels.h"
-#include "tests/unit/test_util.h"
+#include "tests/unit/cuda_test_util.h"
 
 namespace servelab {
 namespace {
 
-using bf16 = __nv_bfloat16;
+using test::bf16;
+using test::expect_bf16_close;
+using test::on_device;
+using test::rounded;
+using test::to_bf16;
+using test::to_float;
 
-std::vector<bf16> to_bf16(const std::vector<float>& values) {
-    std::vector<bf16> out;
-    for (float v : values) out.push_back(__float2bfloat16(v));
-    return out;
-}
-
-std::vector<float> to_float(const std::vector<bf16>& values) {
-    std::vector<float> out;
-    for (bf16 v : values) out.push_back(__bfloat162float(v));
-    return out;
-}
-
-// The bf16 values as floats: what the GPU kernels actually read.
-std::vector<float> rounded(const std::vector<float>& values) {
-    return to_float(to_bf16(values));
-}
-
-template <typename T>
-cuda::DeviceBuffer<T> on_device(const std::vector<T>& host) {
-    cuda::DeviceBuffer<T> buffer(host.size());
-    buffer.upload(host);
-    return buffer;
-}
-
-void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, const char* what) {
-    ASSERT_EQ(gpu.size(), cpu.size());
-    size_t bad = 0;
-    for (size_t i = 0; i < gpu.size(); ++i) {
-        const float bound = 0.0078125f * std::fabs(cpu[i]) + 1e-3f;
-        if (!(std::fabs(gpu[i] - cpu[i]) <= bound)) {  // also catches NaN (the poison)
-            if (++bad <= 3)
-                ADD_FAILURE() << what << "[" << i << "]: gpu " << gpu[i] << ", cpu " << cpu[i];
-        }
-    }
-    EXPECT_EQ(bad, 0u) << what;
-}
-
-class CudaKernels : public ::testing::Test {
-  protected:
-    void SetUp() override {
-        const cuda::DeviceQuery query = cuda::query_devices();
-        if (query.devices.empty()) {
-            GTEST_SKIP() << "no usable GPU: " << (query.error.empty() ? "no devices" : query.error);
-        }
-    }
-    test::RandomSource random_;
-};
+class CudaKernels : public test::CudaTest {};
 
 TEST_F(CudaKernels, RmsNormEqualsTheCpuKernel) {
     SCOPED_TRACE(random_.trace());
@@ -106,7 +65,7 @@ TEST_F(CudaKernels, RmsNormEqualsTheCpuKernel) {
         cuda::DeviceBuffer<bf16> out(x.size());
         out.fill_bytes(0xFF);
         cuda::rmsnorm_bf16(x_gpu.data(), weight_gpu.data(), out.data(), rows, dim, eps, 0);
-        expect_close(to_float(out.download()), expected, "rmsnorm");
+        expect_bf16_close(to_float(out.download()), expected, "rmsnorm");
     }
 }
 
@@ -123,7 +82,7 @@ TEST_F(CudaKernels, SiluMulEqualsTheCpuSwiglu) {
         cuda::DeviceBuffer<bf16> out(static_cast<size_t>(n));
         out.fill_bytes(0xFF);
         cuda::silu_mul_bf16(gate_gpu.data(), up_gpu.data(), out.data(), n, 0);
-        expect_close(to_float(out.download()), expected, "silu_mul");
+        expect_bf16_close(to_float(out.download()), expected, "silu_mul");
     }
 }
 
@@ -186,7 +145,7 @@ TEST_F(CudaKernels, RopeEqualsTheCpuKernelAtLongPositions) {
         auto table_gpu = on_device(cuda::rope_cos_sin_table(params, max_positions));
         cuda::rope_bf16(x_gpu.data(), positions_gpu.data(), table_gpu.data(), num_tokens, num_heads,
                         params, 0);
-        expect_close(to_float(x_gpu.download()), expected, "rope");
+        expect_bf16_close(to_float(x_gpu.download()), expected, "rope");
     }
 }
 
@@ -312,7 +271,7 @@ TEST_F(CudaKernels, PagedDecodeAttentionEqualsTheCpuPagedAttention) {
                                            c.block_size, max_blocks, 700};
         cuda::paged_decode_attention_bf16(q_gpu.data(), keys_gpu.data(), values_gpu.data(),
                                           tables_gpu.data(), lens_gpu.data(), out.data(), shape, 0);
-        expect_close(to_float(out.download()), expected, "paged decode attention");
+        expect_bf16_close(to_float(out.download()), expected, "paged decode attention");
     }
 }
 

@@ -33,7 +33,7 @@
 #include "reference/kv/kv_block_manager.h"
 #include "reference/model/model.h"
 #include "reference/model/tiny_model.h"
-#include "tests/unit/test_util.h"
+#include "tests/unit/cuda_test_util.h"
 
 namespace servelab {
 namespace {
@@ -72,14 +72,8 @@ bool near_tie(std::span<const float> logits, TokenId chosen, TokenId other) {
     return logits[size_t(chosen)] - logits[size_t(other)] <= 0.02f * (*hi - *lo);
 }
 
-class CudaRunner : public ::testing::Test {
+class CudaRunner : public test::CudaTest {
   protected:
-    void SetUp() override {
-        const cuda::DeviceQuery query = cuda::query_devices();
-        if (query.devices.empty()) {
-            GTEST_SKIP() << "no usable GPU: " << (query.error.empty() ? "no devices" : query.error);
-        }
-    }
     void load_tiny(TinyModelOptions options) {
         options.seed = random_.seed();
         bytes_ = make_tiny_model(options);
@@ -141,7 +135,6 @@ class CudaRunner : public ::testing::Test {
         return agreed;
     }
 
-    test::RandomSource random_;
     std::vector<uint8_t> bytes_;
     std::unique_ptr<Model> model_;
     ModelWeights cpu_weights_;

@@ -34,7 +34,7 @@
 #include "kernels/cuda/sampling_kernels.h"
 #include "reference/sampling/sampler.h"
 #include "reference/sampling/sampling_filters.h"
-#include "tests/unit/test_util.h"
+#include "tests/unit/cuda_test_util.h"
 
 namespace servelab {
 namespace {
@@ -239,14 +239,8 @@ DeviceSample make_sample(int32_t row, float temperature, double uniform) {
 // Uniforms at both ends and in between, including the Sampler's extremes.
 const std::vector<double> kUniforms = {0.0, 1e-9, 0.1, 0.37, 0.5, 0.83, 0.999, 1.0 - 1e-12};
 
-class CudaSampling : public ::testing::Test {
+class CudaSampling : public test::CudaTest {
   protected:
-    void SetUp() override {
-        const cuda::DeviceQuery query = cuda::query_devices();
-        if (query.devices.empty()) {
-            GTEST_SKIP() << "no usable GPU: " << (query.error.empty() ? "no devices" : query.error);
-        }
-    }
     // Normal logits, or ones rounded to multiples of 0.5 so that many tokens
     // tie (the filters' tie rules matter), -0.0 and +0.0 among them.
     std::vector<float> logits_row(int64_t vocab, float stddev, bool with_ties) {

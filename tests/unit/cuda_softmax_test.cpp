@@ -21,7 +21,7 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/softmax_kernels.h"
-#include "tests/unit/test_util.h"
+#include "tests/unit/cuda_test_util.h"
 
 namespace servelab {
 namespace {
@@ -63,16 +63,7 @@ void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, 
     EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << gpu.size() << " values differ";
 }
 
-class CudaSoftmax : public ::testing::Test {
-  protected:
-    void SetUp() override {
-        const cuda::DeviceQuery query = cuda::query_devices();
-        if (query.devices.empty()) {
-            GTEST_SKIP() << "no usable GPU: " << (query.error.empty() ? "no devices" : query.error);
-        }
-    }
-    test::RandomSource random_;
-};
+class CudaSoftmax : public test::CudaTest {};
 
 TEST_F(CudaSoftmax, EqualsTheCpuSoftmaxForAnyRowLength) {
     SCOPED_TRACE(random_.trace());
