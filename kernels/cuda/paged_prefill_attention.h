@@ -1,4 +1,5 @@
-// paged_prefill_attention.h — causal attention of prompt chunks over the paged cache, FlashAttention style.
+// paged_prefill_attention.h — causal attention of prompt chunks over the paged cache,
+// FlashAttention style.
 //
 // Part of the CUDA backend (issue 7; chapters 11.4 and 11.5: chunked prefill
 // over PagedAttention). A step's prefill chunks are packed one after another

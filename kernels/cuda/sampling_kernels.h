@@ -1,4 +1,5 @@
-// sampling_kernels.h — turn rows of logits into token ids on the GPU: greedy, temperature, top-k, top-p, min-p.
+// sampling_kernels.h — turn rows of logits into token ids on the GPU: greedy, temperature, top-k,
+// top-p, min-p.
 //
 // Part of the CUDA backend (issue 7; chapter: decoding strategies). The same
 // pipeline as the CPU Sampler (reference/sampling/sampler.h):
