@@ -114,15 +114,15 @@ std::vector<TokenId> ModelRunner::run_step(const StepBatch& batch, PagedKvCache&
     const std::vector<float> logits = forward_batch(batch.chunks, cache);
     const size_t vocab_size = size_t(config_.vocab_size);
     std::vector<TokenId> tokens;
-    std::vector<float> row;  // a copy: the sampler edits it, and siblings share the row
     for (const SampleRequest& sample : batch.samples) {
         if (sample.row < 0 || size_t(sample.row) >= batch.chunks.size()) {
             throw Error(fmt::format("run_step: sample of row {} in a batch of {} chunks",
                                     sample.row, batch.chunks.size()));
         }
         const auto first = logits.begin() + std::ptrdiff_t(size_t(sample.row) * vocab_size);
-        row.assign(first, first + std::ptrdiff_t(vocab_size));
-        tokens.push_back(sample.sampler->sample(row, sample.history));
+        // A copy: the sampler edits it, and siblings share the row.
+        sample_row_.assign(first, first + std::ptrdiff_t(vocab_size));
+        tokens.push_back(sample.sampler->sample(sample_row_, sample.history));
     }
     return tokens;
 }

@@ -113,6 +113,7 @@ class ModelRunner : public StepRunner {
     std::vector<float> gate_;         // (T, ffn_dim)
     std::vector<float> up_;           // (T, ffn_dim)
     std::vector<int64_t> positions_;  // (T)
+    std::vector<float> sample_row_;   // (vocab) run_step's copy of the row a sample reads
     // MLA only.
     std::vector<float> q_a_;     // (T, q_lora_rank) the query bottleneck
     std::vector<float> q_nope_;  // (T, num_heads, qk_nope_dim)
