@@ -58,6 +58,10 @@ class BlockTable {
     BlockTable fork(BlockAllocator& allocator) const;
     // Releases every block and empties the table.
     void free(BlockAllocator& allocator);
+    // Speculative decoding's rollback (Lab 6): keeps the first `num_tokens`
+    // slots and releases the blocks past them (block_table_rollback.cpp).
+    // Throws servelab::Error unless 0 <= num_tokens <= num_tokens().
+    void truncate(int64_t num_tokens, BlockAllocator& allocator);
 
   private:
     int64_t block_size_;

@@ -1,0 +1,202 @@
+// speculative_test.cpp — the parts of speculative decoding that need no model (Lab 6 groundwork).
+//
+// Chapter 11.6. Verification (reference/speculative/rejection_sampler.h):
+// greedy keeps exactly the drafts the target's argmax agrees with; the
+// stochastic rule emits every token distributed as the target's p, whatever
+// the draft's q — checked by a chi-square test per position over 200,000
+// seeded verifications on a 5-token vocabulary, and shown to have the power
+// to catch the classic bug (drawing the correction from p instead of the
+// residual max(0, p - q)). The n-gram proposer and the block table's
+// rollback are tested as plain functions.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "reference/common/error.h"
+#include "reference/kv/block_allocator.h"
+#include "reference/kv/block_table.h"
+#include "reference/speculative/ngram_proposer.h"
+#include "reference/speculative/rejection_sampler.h"
+#include "tests/unit/test_util.h"
+
+namespace servelab {
+namespace {
+
+TEST(VerifyGreedy, KeepsTheDraftsTheArgmaxAgreesWithThenCorrects) {
+    const int64_t vocab = 4;
+    // Row i's argmax: 2, 1, 3, 0.
+    const std::vector<float> logits = {0,      1, 5, 2, /**/ 0, 7, 1, 1,
+                                       /**/ 1, 1, 1, 9, /**/ 3, 2, 1, 0};
+    const std::vector<TokenId> all_right = {2, 1, 3};
+    EXPECT_EQ(verify_greedy(all_right, logits, vocab).num_accepted, 3);
+    EXPECT_EQ(verify_greedy(all_right, logits, vocab).next_token, 0);  // the bonus
+    const std::vector<TokenId> second_wrong = {2, 0, 3};
+    const Verification v = verify_greedy(second_wrong, logits, vocab);
+    EXPECT_EQ(v.num_accepted, 1);
+    EXPECT_EQ(v.next_token, 1);  // the target's own choice at the mismatch
+    const std::vector<TokenId> first_wrong = {3, 1, 3};
+    EXPECT_EQ(verify_greedy(first_wrong, logits, vocab).num_accepted, 0);
+    EXPECT_EQ(verify_greedy(first_wrong, logits, vocab).next_token, 2);
+    EXPECT_THROW(verify_greedy(all_right, std::span(logits).first(12), vocab), Error);
+}
+
+// Random distributions over `vocab` tokens, every entry at least 0.02.
+std::vector<float> random_distributions(int64_t rows, int64_t vocab, std::mt19937_64& rng) {
+    std::uniform_real_distribution<float> u(0.02f, 1.0f);
+    std::vector<float> out;
+    for (int64_t r = 0; r < rows; ++r) {
+        std::vector<float> row(static_cast<size_t>(vocab));
+        float total = 0;
+        for (float& v : row) total += (v = u(rng) * u(rng));  // uneven: some tokens much likelier
+        for (float& v : row) out.push_back(v / total);
+    }
+    return out;
+}
+
+// The bug the test must catch: at a rejection, drawing from p itself.
+Verification verify_with_residual_from_p(std::span<const TokenId> draft,
+                                         std::span<const float> p_rows,
+                                         std::span<const float> q_rows, int64_t vocab,
+                                         const std::function<double()>& uniform) {
+    for (size_t i = 0; i < draft.size(); ++i) {
+        const auto p = p_rows.subspan(i * size_t(vocab), size_t(vocab));
+        const auto q = q_rows.subspan(i * size_t(vocab), size_t(vocab));
+        if (uniform() * q[size_t(draft[i])] < p[size_t(draft[i])]) continue;
+        return {int64_t(i), draw_from(p, uniform())};
+    }
+    return {int64_t(draft.size()),
+            draw_from(p_rows.subspan(draft.size() * size_t(vocab)), uniform())};
+}
+
+// The largest chi-square statistic, over positions 0..K, of the tokens
+// emitted at that position against p_i.
+template <typename Verify>
+double worst_chi_square(const std::vector<float>& p, const std::vector<float>& q, int64_t k,
+                        int64_t vocab, int64_t trials, std::mt19937_64& rng, Verify verify) {
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    const std::function<double()> uniform = [&] { return unit(rng); };
+    std::vector<std::vector<int64_t>> counts(size_t(k + 1), std::vector<int64_t>(size_t(vocab)));
+    std::vector<TokenId> draft(static_cast<size_t>(k));
+    for (int64_t t = 0; t < trials; ++t) {
+        for (int64_t i = 0; i < k; ++i) {  // d_i ~ q_i
+            draft[size_t(i)] =
+                draw_from(std::span(q).subspan(size_t(i * vocab), size_t(vocab)), unit(rng));
+        }
+        const Verification v = verify(draft, p, q, vocab, uniform);
+        for (int64_t i = 0; i < v.num_accepted; ++i) ++counts[size_t(i)][size_t(draft[size_t(i)])];
+        ++counts[size_t(v.num_accepted)][size_t(v.next_token)];
+    }
+    double worst = 0;
+    for (int64_t i = 0; i <= k; ++i) {
+        int64_t n = 0;
+        for (int64_t c : counts[size_t(i)]) n += c;
+        if (n < 1000) continue;  // too few reached this position to judge
+        double chi = 0;
+        for (int64_t tok = 0; tok < vocab; ++tok) {
+            const double expected = double(n) * p[size_t(i * vocab + tok)];
+            const double diff = double(counts[size_t(i)][size_t(tok)]) - expected;
+            chi += diff * diff / expected;
+        }
+        worst = std::max(worst, chi);
+    }
+    return worst;
+}
+
+// With 5 tokens a position's statistic has 4 degrees of freedom, for which
+// P(chi2 > x) = exp(-x/2)(1 + x/2): P(> 45) < 4e-9 per position.
+constexpr double kChiSquareLimit = 45.0;
+
+TEST(VerifyStochastic, EveryEmittedTokenFollowsTheTargetDistribution) {
+    test::RandomSource random;
+    SCOPED_TRACE(random.trace());
+    std::mt19937_64 rng(random.seed());
+    const int64_t vocab = 5, k = 3;
+    const std::vector<float> p = random_distributions(k + 1, vocab, rng);
+    const std::vector<float> q = random_distributions(k, vocab, rng);
+    const double chi = worst_chi_square(p, q, k, vocab, 200000, rng, verify_stochastic);
+    EXPECT_LT(chi, kChiSquareLimit);
+}
+
+TEST(VerifyStochastic, TheTestCatchesACorrectionDrawnFromPInsteadOfTheResidual) {
+    test::RandomSource random;
+    SCOPED_TRACE(random.trace());
+    std::mt19937_64 rng(random.seed());
+    const int64_t vocab = 5, k = 3;
+    const std::vector<float> p = random_distributions(k + 1, vocab, rng);
+    const std::vector<float> q = random_distributions(k, vocab, rng);
+    const double chi = worst_chi_square(p, q, k, vocab, 200000, rng, verify_with_residual_from_p);
+    EXPECT_GT(chi, kChiSquareLimit);
+}
+
+TEST(VerifyStochastic, AnIdenticalDraftIsAlwaysAccepted) {
+    std::mt19937_64 rng(3);
+    const int64_t vocab = 6, k = 4;
+    const std::vector<float> q = random_distributions(k, vocab, rng);
+    std::vector<float> p = q;
+    const std::vector<float> last = random_distributions(1, vocab, rng);
+    p.insert(p.end(), last.begin(), last.end());
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    const std::function<double()> uniform = [&] { return unit(rng); };
+    for (int t = 0; t < 100; ++t) {
+        const std::vector<TokenId> draft = {0, 5, 2, 3};
+        EXPECT_EQ(verify_stochastic(draft, p, q, vocab, uniform).num_accepted, k);
+    }
+}
+
+TEST(NgramProposer, ContinuesTheLatestRepeatOfTheLongestSuffix) {
+    // ... 7 8 9 1 2 ... 7 8 9 4 5 ... 8 9 | the suffix "8 9" last came before "4 5".
+    const std::vector<TokenId> text = {7, 8, 9, 1, 2, 3, 7, 8, 9, 4, 5, 6, 8, 9};
+    EXPECT_EQ(propose_ngram(text, 3), (std::vector<TokenId>{4, 5, 6}));
+    EXPECT_EQ(propose_ngram(text, 1), (std::vector<TokenId>{4}));
+    EXPECT_TRUE(propose_ngram(text, 0).empty());
+    // A longer suffix wins over a more recent shorter one: "1 2 3" beats "3".
+    const std::vector<TokenId> longer = {1, 2, 3, 10, 11, 3, 12, 1, 2, 3};
+    EXPECT_EQ(propose_ngram(longer, 2), (std::vector<TokenId>{10, 11}));
+    // The continuation stops at the end of the sequence.
+    const std::vector<TokenId> end = {5, 6, 5};
+    EXPECT_EQ(propose_ngram(end, 4), (std::vector<TokenId>{6, 5}));
+    const std::vector<TokenId> none = {1, 2, 3, 4};
+    EXPECT_TRUE(propose_ngram(none, 4).empty());
+    EXPECT_TRUE(propose_ngram(std::vector<TokenId>{}, 4).empty());
+    EXPECT_THROW(propose_ngram(text, -1), Error);
+    EXPECT_THROW(propose_ngram(text, 2, {.max_n = 1, .min_n = 2}), Error);
+}
+
+TEST(BlockTableRollback, TruncateReleasesTheBlocksPastTheNewEnd) {
+    BlockAllocator allocator(16);
+    BlockTable table(4);
+    for (int i = 0; i < 10; ++i) table.append_slot(allocator);  // 3 blocks
+    ASSERT_EQ(allocator.num_free(), 13);
+    table.truncate(5, allocator);
+    EXPECT_EQ(table.num_tokens(), 5);
+    EXPECT_EQ(table.blocks().size(), 2u);
+    EXPECT_EQ(allocator.num_free(), 14);
+    table.truncate(4, allocator);  // a block boundary: the second block goes too
+    EXPECT_EQ(table.blocks().size(), 1u);
+    EXPECT_EQ(allocator.num_free(), 15);
+    // Appending again reuses the slots: position 4 opens a fresh block.
+    EXPECT_EQ(table.append_slot(allocator).slot.offset, 0);
+    EXPECT_EQ(table.num_tokens(), 5);
+    table.truncate(0, allocator);
+    EXPECT_TRUE(table.blocks().empty());
+    EXPECT_EQ(allocator.num_free(), 16);
+    EXPECT_THROW(table.truncate(1, allocator), Error);
+    EXPECT_THROW(table.truncate(-1, allocator), Error);
+}
+
+TEST(BlockTableRollback, ASharedPartlyKeptBlockIsCopiedOnTheNextWrite) {
+    BlockAllocator allocator(16);
+    BlockTable table(4);
+    for (int i = 0; i < 7; ++i) table.append_slot(allocator);
+    BlockTable fork = table.fork(allocator);
+    table.truncate(6, allocator);  // its second block, shared with the fork, stays
+    EXPECT_EQ(allocator.ref_count(table.blocks()[1]), 2);
+    const AppendResult appended = table.append_slot(allocator);
+    ASSERT_TRUE(appended.copy.has_value());  // the fork's tokens stay intact
+    EXPECT_EQ(appended.copy->from, fork.blocks()[1]);
+    EXPECT_EQ(fork.num_tokens(), 7);
+}
+
+}  // namespace
+}  // namespace servelab
