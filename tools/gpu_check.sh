@@ -95,8 +95,12 @@ echo "$tests_table" | tee "$out/cuda_tests_table.txt" | tail -3
 # misaligned accesses, uninitialized reads of device memory. SmolLM2 and the
 # long contexts are left out: under the sanitizer they would take minutes.
 memcheck="compute-sanitizer not found: skipped"
-if command -v compute-sanitizer > /dev/null; then
-  if timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_tests" \
+sanitizer=$(command -v compute-sanitizer || true)
+for dir in "${CUDA_HOME:-}" /usr/local/cuda; do
+  [[ -z $sanitizer && -n $dir && -x $dir/bin/compute-sanitizer ]] && sanitizer=$dir/bin/compute-sanitizer
+done
+if [[ -n $sanitizer ]]; then
+  if timeout 150 "$sanitizer" --tool memcheck --error-exitcode 9 "$build/cuda_tests" \
        --gtest_filter='Cuda*-*SmolLm2*:*Long*' > "$out/memcheck.log" 2>&1; then
     memcheck="compute-sanitizer memcheck: clean ($(grep -c '^\[       OK' "$out/memcheck.log") tests)"
   else

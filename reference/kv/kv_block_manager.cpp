@@ -102,6 +102,14 @@ void KvBlockManager::finish(PagedSequence& sequence) {
     sequence.block_hashes.clear();
 }
 
+void KvBlockManager::rollback(PagedSequence& sequence, int64_t num_tokens) {
+    sequence.table.truncate(num_tokens, cache_.allocator());
+    sequence.num_computed_tokens = std::min(sequence.num_computed_tokens, num_tokens);
+    // Only blocks still full of the sequence's tokens keep their hashes.
+    const size_t full_blocks = size_t(num_tokens / cache_.block_size());
+    if (sequence.block_hashes.size() > full_blocks) sequence.block_hashes.resize(full_blocks);
+}
+
 int64_t KvBlockManager::clear_prefix_cache() {
     int64_t evicted = 0;
     while (prefix_cache_ && prefix_cache_->evict_one()) ++evicted;

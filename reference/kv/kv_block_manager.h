@@ -66,6 +66,13 @@ class KvBlockManager {
     void commit(PagedSequence& sequence, std::span<const TokenId> tokens);
     PagedSequence fork(const PagedSequence& sequence);
     void finish(PagedSequence& sequence);
+    // Speculative decoding's rollback (Lab 6): the sequence forgets its tokens
+    // from position `num_tokens` on — slots, computed tokens, block hashes —
+    // and blocks that then hold none of its tokens return to the pool. A
+    // block already named in the prefix cache stays cached (the cache holds
+    // its own reference): its rows still match the tokens it was named for.
+    // Throws servelab::Error unless 0 <= num_tokens <= table.num_tokens().
+    void rollback(PagedSequence& sequence, int64_t num_tokens);
 
     // Blocks a sequence could get now: free ones plus evictable cached ones.
     int64_t num_available_blocks() const;

@@ -16,8 +16,10 @@
 #include "reference/common/error.h"
 #include "reference/kv/block_allocator.h"
 #include "reference/kv/block_table.h"
+#include "reference/kv/kv_block_manager.h"
 #include "reference/speculative/ngram_proposer.h"
 #include "reference/speculative/rejection_sampler.h"
+#include "tests/unit/engine_test_util.h"
 #include "tests/unit/test_util.h"
 
 namespace servelab {
@@ -196,6 +198,34 @@ TEST(BlockTableRollback, ASharedPartlyKeptBlockIsCopiedOnTheNextWrite) {
     ASSERT_TRUE(appended.copy.has_value());  // the fork's tokens stay intact
     EXPECT_EQ(appended.copy->from, fork.blocks()[1]);
     EXPECT_EQ(fork.num_tokens(), 7);
+}
+
+TEST(KvRollback, ForgetsTokensHashesAndBlocksButNotWhatThePrefixCacheNamed) {
+    PagedKvCache pool(test::one_float_config(), 16, 4);
+    KvBlockManager kv(pool, /*enable_prefix_caching=*/true);
+    const std::vector<TokenId> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    PagedSequence seq = kv.start(tokens);
+    ASSERT_TRUE(kv.reserve(seq, 10));
+    kv.commit(seq, tokens);  // blocks 0 and 1 are full: named in the prefix cache
+    ASSERT_EQ(seq.block_hashes.size(), 2u);
+    const BlockId second = seq.table.blocks()[1];
+    const BlockId third = seq.table.blocks()[2];
+
+    kv.rollback(seq, 6);  // 2 verified tokens kept in the second block, 4 rejected
+    EXPECT_EQ(seq.table.num_tokens(), 6);
+    EXPECT_EQ(seq.num_computed_tokens, 6);
+    EXPECT_EQ(seq.block_hashes.size(), 1u);
+    EXPECT_EQ(pool.allocator().ref_count(third), 0);  // back in the pool
+    EXPECT_TRUE(kv.prefix_cache()->contains(second));
+    // The next write into the second block must not change what the cache
+    // named: the block is shared with the cache, so it is copied first.
+    ASSERT_TRUE(kv.reserve(seq, 1));
+    EXPECT_NE(seq.table.blocks()[1], second);
+    EXPECT_TRUE(kv.prefix_cache()->contains(second));
+
+    kv.rollback(seq, 0);
+    EXPECT_TRUE(seq.table.blocks().empty());
+    EXPECT_THROW(kv.rollback(seq, 1), Error);
 }
 
 }  // namespace
