@@ -8,15 +8,11 @@
 #include <optional>
 
 #include "reference/common/error.h"
+#include "reference/engine/generation_checks.h"
 #include "reference/kv/kv_block_manager.h"
 
 namespace servelab {
 namespace {
-
-double elapsed_ms(std::chrono::steady_clock::time_point since) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since)
-        .count();
-}
 
 int64_t blocks_for(int64_t tokens, int64_t block_size) {
     return (tokens + block_size - 1) / block_size;
@@ -46,16 +42,7 @@ GenerationResult generate_on_runner(StepRunner& runner, const Model& model,
                                     int64_t block_size, const TokenCallback& on_token) {
     params.validate();
     const ModelConfig& config = model.config;
-    if (prompt_tokens.empty()) throw Error("generate: the prompt is empty");
-    if (int64_t(prompt_tokens.size()) >= config.context_length) {
-        throw Error(fmt::format("generate: prompt of {} tokens does not fit the context length {}",
-                                prompt_tokens.size(), config.context_length));
-    }
-    for (TokenId id : prompt_tokens) {
-        if (id < 0 || id >= config.vocab_size) {
-            throw Error("generate: a prompt token id is outside the vocabulary");
-        }
-    }
+    check_prompt(prompt_tokens, config);
     const int64_t capacity =
         std::min<int64_t>(config.context_length, int64_t(prompt_tokens.size()) + params.max_tokens);
 

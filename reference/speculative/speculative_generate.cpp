@@ -7,21 +7,13 @@
 #include <optional>
 
 #include "reference/common/error.h"
+#include "reference/engine/generation_checks.h"
 #include "reference/kv/kv_block_manager.h"
 #include "reference/sampling/sampling_filters.h"
 #include "reference/speculative/ngram_proposer.h"
 #include "reference/speculative/rejection_sampler.h"
 
 namespace servelab {
-namespace {
-
-double elapsed_ms(std::chrono::steady_clock::time_point since) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since)
-        .count();
-}
-
-}  // namespace
-
 GenerationResult speculative_generate(ModelRunner& runner, const Model& model,
                                       std::span<const TokenId> prompt_tokens,
                                       const SamplingParams& params, int64_t k,
@@ -32,11 +24,7 @@ GenerationResult speculative_generate(ModelRunner& runner, const Model& model,
         throw Error("speculative_generate: greedy only (temperature 0) for now");
     }
     if (k < 0) throw Error("speculative_generate: k must be >= 0");
-    if (prompt_tokens.empty()) throw Error("generate: the prompt is empty");
-    if (int64_t(prompt_tokens.size()) >= config.context_length) {
-        throw Error(fmt::format("generate: prompt of {} tokens does not fit the context length {}",
-                                prompt_tokens.size(), config.context_length));
-    }
+    check_prompt(prompt_tokens, config);
     const int64_t block_size = 16;
     PagedKvCache pool(config, (config.context_length + block_size - 1) / block_size, block_size);
     KvBlockManager kv(pool, /*enable_prefix_caching=*/false);
