@@ -6,7 +6,8 @@
 # package registry. So it builds tools/gpu_check/ (the CUDA kernels, the CPU
 # kernels they are checked against, GoogleTest from carried sources) rather
 # than the main build. Full logs go to $OUT (default gpu_check_out/); the
-# last lines printed are the summary table. Takes about a minute on an H200.
+# last lines printed are the summary table. Meant to finish within six
+# minutes on an H200 (not yet timed on one).
 #
 #   tools/gpu_check.sh --fetch-deps   HERE, before a device call: copy the
 #                                     GoogleTest sources into .gpu_deps/

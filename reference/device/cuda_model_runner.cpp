@@ -90,12 +90,12 @@ int64_t cuda_device_memory_bytes() {
     return int64_t(query.devices[0].total_memory_bytes);
 }
 
-// Activations for up to `tokens` tokens and `seqs` sequences of a step.
+// Activations for a step of up to `tokens` tokens — and so up to `tokens`
+// sequences, each computing at least one.
 struct Activations {
-    Activations(const ModelConfig& c, int64_t tokens, int64_t seqs, int64_t max_blocks_per_seq,
+    Activations(const ModelConfig& c, int64_t tokens, int64_t max_blocks_per_seq,
                 int64_t decode_workspace_floats)
         : capacity_tokens(tokens),
-          capacity_seqs(seqs),
           x(size_t(tokens * c.dim)),
           normed(size_t(tokens * c.dim)),
           q(size_t(tokens * c.q_dim())),
@@ -106,14 +106,13 @@ struct Activations {
           gate(size_t(tokens * c.ffn_dim)),
           up(size_t(tokens * c.ffn_dim)),
           act(size_t(tokens * c.ffn_dim)),
-          last_hidden(size_t(seqs * c.dim)),
-          logits(size_t(seqs * c.vocab_size)),
+          last_hidden(size_t(tokens * c.dim)),
+          logits(size_t(tokens * c.vocab_size)),
           // The plan: 3 arrays of tokens, 3 of sequences (+1) and the tables.
-          plan(size_t(3 * tokens + 3 * seqs + 1 + seqs * max_blocks_per_seq)),
+          plan(size_t(6 * tokens + 1 + tokens * max_blocks_per_seq)),
           decode_workspace(size_t(decode_workspace_floats)) {}
 
     int64_t capacity_tokens;
-    int64_t capacity_seqs;
     DeviceBuffer<bf16> x, normed, q, k, v, attn, delta, gate, up, act, last_hidden;
     DeviceBuffer<float> logits;
     DeviceBuffer<int32_t> plan;
@@ -358,8 +357,7 @@ void CudaModelRunner::forward(const StepBatch& batch, PagedKvCache& cache) {
 
     // Buffers: grown (and the graphs, which point into them, dropped) when a
     // step is larger than any before.
-    if (!d.act || d.act->capacity_tokens < plan.num_tokens ||
-        d.act->capacity_seqs < plan.num_seqs) {
+    if (!d.act || d.act->capacity_tokens < plan.num_tokens) {
         const int64_t tokens =
             std::max({plan.num_tokens, options_.max_tokens_per_step, options_.max_graph_batch,
                       d.act ? 2 * d.act->capacity_tokens : int64_t(0)});
@@ -368,7 +366,7 @@ void CudaModelRunner::forward(const StepBatch& batch, PagedKvCache& cache) {
         d.drop_graphs();
         d.act.reset();  // free the old buffers before allocating the new ones
         d.act = std::make_unique<Activations>(
-            config_, tokens, tokens, d.max_blocks_per_seq,
+            config_, tokens, d.max_blocks_per_seq,
             cuda::paged_decode_workspace_floats(widest, d.graph_num_splits));
     }
 

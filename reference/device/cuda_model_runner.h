@@ -18,7 +18,7 @@
 //   the pool for prefill chunks; split-K GQA decode for decode-only steps)
 //   → wo (cuBLAS) → add_rmsnorm → gate, up (cuBLAS) → SiLU·up → down (cuBLAS)
 // Decode-only steps run as CUDA graphs, one per batch-size bucket (1, 2, 4,
-// … 256 sequences, padded): a decode step is ~10 kernels per layer, each a
+// … 256 sequences, padded): a decode step is 15 kernels per layer, each a
 // few microseconds, and launching them one by one from the host would cost
 // as much as running them; a graph replays the whole step in one launch.
 #pragma once

@@ -1,14 +1,12 @@
 // runner_generate.cpp — see runner_generate.h.
 #include "reference/engine/runner_generate.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <chrono>
 #include <optional>
 
 #include "reference/common/error.h"
-#include "reference/engine/generation_checks.h"
+#include "reference/engine/generation_common.h"
 #include "reference/kv/kv_block_manager.h"
 
 namespace servelab {
@@ -51,7 +49,6 @@ GenerationResult generate_on_runner(StepRunner& runner, const Model& model,
     std::vector<TokenId> sequence = result.prompt_tokens;
     Sampler sampler(params);
     StopChecker stop(model.tokenizer, params);
-    std::string text_piece;
     const auto start = std::chrono::steady_clock::now();
 
     // Contiguous: the request's whole pool, up front. Naive: a new one each step.
@@ -71,20 +68,7 @@ GenerationResult generate_on_runner(StepRunner& runner, const Model& model,
         const auto step_start = std::chrono::steady_clock::now();
         if (layout == RunnerLayout::kNaive) fresh_pool(int64_t(sequence.size()));
         const TokenId token = step_and_sample(runner, *pool, *kv, *kv_sequence, sequence, sampler);
-        const double step_ms = elapsed_ms(step_start);
-        if (result.tokens.empty()) result.timings.first_step_ms = step_ms;
-        result.timings.step_latency_ms.push_back(step_ms);
-
-        sequence.push_back(token);
-        result.tokens.push_back(token);
-        std::optional<FinishReason> finished = stop.push(token, text_piece);
-        if (!finished && int64_t(sequence.size()) >= capacity) {
-            text_piece += stop.finish();
-            finished = FinishReason::kLength;
-        }
-        if (on_token) on_token(token, text_piece);
-        if (finished) {
-            result.finish_reason = *finished;
+        if (emit_token(token, elapsed_ms(step_start), capacity, sequence, result, stop, on_token)) {
             break;
         }
     }

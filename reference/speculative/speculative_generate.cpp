@@ -1,15 +1,11 @@
 // speculative_generate.cpp — see speculative_generate.h.
 #include "reference/speculative/speculative_generate.h"
 
-#include <fmt/format.h>
-
 #include <chrono>
-#include <optional>
 
 #include "reference/common/error.h"
-#include "reference/engine/generation_checks.h"
+#include "reference/engine/generation_common.h"
 #include "reference/kv/kv_block_manager.h"
-#include "reference/sampling/sampling_filters.h"
 #include "reference/speculative/ngram_proposer.h"
 #include "reference/speculative/rejection_sampler.h"
 
@@ -67,26 +63,14 @@ GenerationResult speculative_generate(ModelRunner& runner, const Model& model,
         std::vector<TokenId> emitted(drafts.begin(), drafts.begin() + v.num_accepted);
         emitted.push_back(v.next_token);
         const double step_ms = elapsed_ms(step_start);
-        std::optional<FinishReason> finished;
-        for (size_t i = 0; i < emitted.size(); ++i) {
-            const TokenId token = emitted[i];
-            if (result.tokens.empty()) result.timings.first_step_ms = step_ms;
+        bool finished = false;
+        for (size_t i = 0; i < emitted.size() && !finished; ++i) {
             // A pass's tokens arrive together: the first waited the whole pass.
-            result.timings.step_latency_ms.push_back(i == 0 ? step_ms : 0.0);
-            sequence.push_back(token);
-            result.tokens.push_back(token);
-            std::string piece;
-            finished = stop.push(token, piece);
-            if (!finished && int64_t(sequence.size()) >= config.context_length) {
-                stop.finish();
-                finished = FinishReason::kLength;
-            }
-            if (finished) break;
+            finished = emit_token(emitted[i], i == 0 ? step_ms : 0.0, config.context_length,
+                                  sequence, result, stop, {})
+                           .has_value();
         }
-        if (finished) {
-            result.finish_reason = *finished;
-            break;
-        }
+        if (finished) break;
     }
     result.text = stop.text();
     result.timings.total_ms = elapsed_ms(start);

@@ -110,29 +110,29 @@ double worst_chi_square(const std::vector<float>& p, const std::vector<float>& q
 // P(chi2 > x) = exp(-x/2)(1 + x/2): P(> 45) < 4e-9 per position.
 constexpr double kChiSquareLimit = 45.0;
 
-TEST(VerifyStochastic, EveryEmittedTokenFollowsTheTargetDistribution) {
-    test::RandomSource random;
-    SCOPED_TRACE(random.trace());
-    std::mt19937_64 rng(random.seed());
-    const int64_t vocab = 5, k = 3;
-    const std::vector<float> p = random_distributions(k + 1, vocab, rng);
-    const std::vector<float> q = random_distributions(k, vocab, rng);
-    const double chi = worst_chi_square(p, q, k, vocab, 200000, rng, verify_stochastic);
-    EXPECT_LT(chi, kChiSquareLimit);
+// Fresh target and draft distributions for K = 3 drafts over 5 tokens.
+class VerifyStochastic : public ::testing::Test {
+  protected:
+    static constexpr int64_t kVocab = 5, kK = 3, kTrials = 200000;
+    test::RandomSource random_;
+    std::mt19937_64 rng_{random_.seed()};
+    const std::vector<float> p_ = random_distributions(kK + 1, kVocab, rng_);
+    const std::vector<float> q_ = random_distributions(kK, kVocab, rng_);
+};
+
+TEST_F(VerifyStochastic, EveryEmittedTokenFollowsTheTargetDistribution) {
+    SCOPED_TRACE(random_.trace());
+    EXPECT_LT(worst_chi_square(p_, q_, kK, kVocab, kTrials, rng_, verify_stochastic),
+              kChiSquareLimit);
 }
 
-TEST(VerifyStochastic, TheTestCatchesACorrectionDrawnFromPInsteadOfTheResidual) {
-    test::RandomSource random;
-    SCOPED_TRACE(random.trace());
-    std::mt19937_64 rng(random.seed());
-    const int64_t vocab = 5, k = 3;
-    const std::vector<float> p = random_distributions(k + 1, vocab, rng);
-    const std::vector<float> q = random_distributions(k, vocab, rng);
-    const double chi = worst_chi_square(p, q, k, vocab, 200000, rng, verify_with_residual_from_p);
-    EXPECT_GT(chi, kChiSquareLimit);
+TEST_F(VerifyStochastic, TheTestCatchesACorrectionDrawnFromPInsteadOfTheResidual) {
+    SCOPED_TRACE(random_.trace());
+    EXPECT_GT(worst_chi_square(p_, q_, kK, kVocab, kTrials, rng_, verify_with_residual_from_p),
+              kChiSquareLimit);
 }
 
-TEST(VerifyStochastic, AnIdenticalDraftIsAlwaysAccepted) {
+TEST(VerifyStochasticIdentity, AnIdenticalDraftIsAlwaysAccepted) {
     std::mt19937_64 rng(3);
     const int64_t vocab = 6, k = 4;
     const std::vector<float> q = random_distributions(k, vocab, rng);
