@@ -7,6 +7,7 @@
 #include "reference/common/error.h"
 #include "reference/engine/runner_generate.h"
 #include "reference/kv/kv_budget.h"
+#include "reference/speculative/model_drafter.h"
 #ifdef SERVELAB_HAVE_CUDA
 #include "reference/device/cuda_model_runner.h"
 #endif
@@ -14,8 +15,17 @@
 namespace servelab::cli {
 
 CliGenerator::CliGenerator(const CacheOptions& options, const Model& model, ModelRunner& runner,
-                           const SchedulerConfig& scheduler)
-    : options_(options), model_(model), runner_(runner) {
+                           const SchedulerConfig& scheduler, const SpeculationOptions& speculation)
+    : options_(options), model_(model), runner_(runner), speculation_(speculation) {
+    if (speculation.enabled() && options.on_gpu()) {
+        throw servelab::Error(
+            "--speculate: speculative decoding runs on the CPU engine only for now (drop "
+            "--device cuda)");
+    }
+    if (speculation.enabled() && (options.disabled || !options.paged(model.config))) {
+        throw servelab::Error(
+            "--speculate needs the paged engine (drop --no-kv-cache and --kv-layout contiguous)");
+    }
     if (options.on_gpu()) {
         start_on_gpu(scheduler);
         spdlog::info("KV cache: {}", describe());
@@ -29,6 +39,34 @@ CliGenerator::CliGenerator(const CacheOptions& options, const Model& model, Mode
     manager_ = std::make_unique<KvBlockManager>(*pool_, !options.no_prefix_caching);
     engine_ = std::make_unique<Engine>(model, runner, *manager_, scheduler);
     spdlog::info("KV cache: {}", describe());
+    if (speculation.enabled()) start_drafter();
+}
+
+void CliGenerator::start_drafter() {
+    const SpeculationOptions& s = speculation_;
+    if (s.drafter == "ngram") {
+        spdlog::info("speculative decoding: K = {}, n-gram prompt lookup", s.num_tokens);
+        return;  // the engine's own
+    }
+    std::unique_ptr<ModelDrafter> drafter;
+    if (s.drafter == "early-exit") {
+        const int64_t layers = s.exit_layer(model_.config.num_layers);
+        drafter =
+            ModelDrafter::early_exit(model_, layers, pool_->num_blocks(), pool_->block_size());
+        spdlog::info("speculative decoding: K = {}, early exit after {} of {} layers", s.num_tokens,
+                     layers, model_.config.num_layers);
+    } else {
+        if (s.draft_model_path.empty()) {
+            throw servelab::Error("--drafter draft-model needs --draft-model PATH");
+        }
+        draft_model_ = std::make_unique<Model>(Model::load(s.draft_model_path));
+        drafter = ModelDrafter::draft_model(*draft_model_, model_, pool_->num_blocks(),
+                                            pool_->block_size());
+        spdlog::info("speculative decoding: K = {}, draft model {} ({} layers)", s.num_tokens,
+                     draft_model_->config.name, draft_model_->config.num_layers);
+    }
+    engine_->add_drafter(s.drafter, *drafter);
+    drafter_ = std::move(drafter);
 }
 
 void CliGenerator::start_on_gpu(const SchedulerConfig& scheduler) {
@@ -89,7 +127,9 @@ std::vector<GenerationResult> CliGenerator::generate(std::span<const TokenId> pr
                                                      int num_completions,
                                                      const TokenCallback& on_token) {
     if (manager_) {
-        return engine_->generate_parallel(prompt, params, num_completions, on_token);
+        SamplingParams own = params;
+        speculation_.apply(own);
+        return engine_->generate_parallel(prompt, own, num_completions, on_token);
     }
     if (gpu_runner_) {  // naive or contiguous decoding on the GPU, one completion at a time
         std::vector<GenerationResult> results;

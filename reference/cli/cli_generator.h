@@ -25,6 +25,7 @@
 #include "reference/engine/engine.h"
 #include "reference/engine/generator.h"
 #include "reference/kv/kv_block_manager.h"
+#include "reference/speculative/drafter.h"
 
 namespace servelab::cli {
 
@@ -33,8 +34,12 @@ class CliGenerator {
     // Allocates the paged pool, and the Engine over it with `scheduler`, if
     // the flags choose it; logs the pool's size. The options, model and
     // runner must outlive the generator.
+    // With `speculation` enabled (Lab 6) it also loads the drafter — the
+    // draft model, or the early-exit view of `model` — with a draft pool of
+    // as many blocks as the target's, and every request speculates. Throws
+    // servelab::Error where speculation cannot run (no paged engine, GPU).
     CliGenerator(const CacheOptions& options, const Model& model, ModelRunner& runner,
-                 const SchedulerConfig& scheduler = {});
+                 const SchedulerConfig& scheduler = {}, const SpeculationOptions& speculation = {});
 
     // `on_token` streams completion 0.
     std::vector<GenerationResult> generate(std::span<const TokenId> prompt,
@@ -46,10 +51,13 @@ class CliGenerator {
     Engine* engine() { return engine_.get(); }
     // "paged (…)", "contiguous (f32)" or "none": for logs and bench reports.
     std::string describe() const;
+    // Sets the request's speculation from the flags (generate() does it itself).
+    void apply_speculation(SamplingParams& params) const { speculation_.apply(params); }
 
   private:
     // --device cuda: the GPU runner, its device pool mirrored by pool_.
     void start_on_gpu(const SchedulerConfig& scheduler);
+    void start_drafter();
 
     const CacheOptions& options_;
     const Model& model_;
@@ -58,6 +66,9 @@ class CliGenerator {
     int64_t gpu_pool_bytes_ = 0;
     std::unique_ptr<PagedKvCache> pool_;
     std::unique_ptr<KvBlockManager> manager_;
+    SpeculationOptions speculation_;
+    std::unique_ptr<Model> draft_model_;
+    std::unique_ptr<Drafter> drafter_;  // outlives the engine that refers to it
     std::unique_ptr<Engine> engine_;
 };
 

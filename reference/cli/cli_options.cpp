@@ -61,6 +61,36 @@ SamplingParams SamplingOptions::resolve() const {
     return resolved;
 }
 
+void SpeculationOptions::add_to(CLI::App& command) {
+    command
+        .add_option("--speculate", num_tokens,
+                    "speculative decoding: draft up to K tokens per step and verify them in one "
+                    "pass of the model (Lab 6); 0 = off")
+        ->check(CLI::Range(0, int(kMaxSpeculativeTokens)))
+        ->capture_default_str();
+    command
+        .add_option("--drafter", drafter,
+                    "who drafts: 'ngram' (prompt lookup, no model), 'early-exit' (the model's "
+                    "first layers), 'draft-model' (--draft-model PATH)")
+        ->check(CLI::IsMember({"ngram", "early-exit", "draft-model"}))
+        ->capture_default_str();
+    command
+        .add_option("--early-exit-layers", early_exit_layers,
+                    "early-exit drafter: layers run before the head (default: a quarter)")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+    command.add_option("--draft-model", draft_model_path,
+                       "draft-model drafter: a GGUF sharing the model's vocabulary");
+}
+
+void SpeculationOptions::apply(SamplingParams& params) const {
+    params.num_speculative_tokens = num_tokens;
+    params.drafter = num_tokens > 0 ? drafter : "";
+}
+
+int64_t SpeculationOptions::exit_layer(int64_t num_layers) const {
+    return early_exit_layers > 0 ? early_exit_layers : std::max<int64_t>(1, num_layers / 4);
+}
+
 void CacheOptions::add_to(CLI::App& command) {
     command.add_flag("--no-kv-cache", disabled,
                      "recompute the whole sequence every step (naive decoding, Lab 1)");

@@ -71,6 +71,22 @@ struct CacheOptions {
     MlaMode mla_mode() const;
 };
 
+// Speculative decoding (Lab 6), for generate, chat, bench and bench
+// throughput: --speculate K, --drafter, --early-exit-layers, --draft-model.
+struct SpeculationOptions {
+    int32_t num_tokens = 0;         // K drafted tokens per step; 0 = off
+    std::string drafter = "ngram";  // "ngram", "early-exit" or "draft-model"
+    int64_t early_exit_layers = 0;  // 0: a quarter of the target's layers
+    std::string draft_model_path;
+
+    void add_to(CLI::App& command);
+    bool enabled() const { return num_tokens > 0; }
+    // Sets the request's K and drafter.
+    void apply(SamplingParams& params) const;
+    // The early-exit depth for a target of `num_layers` layers.
+    int64_t exit_layer(int64_t num_layers) const;
+};
+
 // "1,2,3" → {1, 2, 3}; throws servelab::Error naming the bad item.
 std::vector<int32_t> parse_token_list(const std::string& text);
 

@@ -57,6 +57,7 @@ void add_bench_command(CLI::App& app) {
     struct Options {
         ModelOptions model;
         CacheOptions cache;
+        SpeculationOptions speculation;
         int64_t prompt_tokens = 64;
         int32_t gen_tokens = 32;
         int repeats = 3;
@@ -67,6 +68,7 @@ void add_bench_command(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("bench", "measure prefill and decode speed (JSON)");
     opts->model.add_to(*cmd);
     opts->cache.add_to(*cmd);
+    opts->speculation.add_to(*cmd);
     cmd->add_option("--prompt-tokens", opts->prompt_tokens)
         ->check(CLI::Range(1, 1 << 20))
         ->capture_default_str();
@@ -79,8 +81,10 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--json", opts->json, "print one JSON object (for scripts and notebooks)");
     cmd->add_option("--repeats", opts->repeats)->check(CLI::Range(1, 1000))->capture_default_str();
     add_bench_throughput_command(*cmd);
+    add_bench_speculative_command(*cmd);
     cmd->callback([opts, cmd] {
-        if (cmd->got_subcommand("throughput")) return;  // that subcommand did the work
+        // A subcommand did the work.
+        if (cmd->got_subcommand("throughput") || cmd->got_subcommand("speculative")) return;
         Model model = opts->model.load();
         if (opts->prompt_tokens + opts->gen_tokens > model.config.context_length) {
             throw Error(
@@ -110,7 +114,7 @@ void add_bench_command(CLI::App& app) {
             }
             // A fresh cache each repeat, so no repeat finds the last one's
             // prompt in the prefix cache.
-            CliGenerator generator(opts->cache, model, runner);
+            CliGenerator generator(opts->cache, model, runner, {}, opts->speculation);
             kv_cache = generator.describe();
             const std::vector<GenerationResult> results =
                 generator.generate(prompt, greedy, opts->num_completions);

@@ -29,6 +29,7 @@ namespace {
 struct Options {
     ModelOptions model;
     CacheOptions cache;
+    SpeculationOptions speculation;
     std::string trace = "data/traces/sharegpt_like.jsonl";
     int64_t limit = 64;
     int64_t max_output = 0;
@@ -192,7 +193,7 @@ void run(const Options& opts) {
     scheduler.max_num_batched_tokens = opts.max_num_batched_tokens;
     scheduler.chunked_prefill = !opts.no_chunked_prefill;
     scheduler.static_batching = opts.batching == "static";
-    CliGenerator generator(opts.cache, model, runner, scheduler);
+    CliGenerator generator(opts.cache, model, runner, scheduler, opts.speculation);
     Engine& engine = *generator.engine();
     const int64_t num_blocks = engine.kv().cache().num_blocks();
 
@@ -212,6 +213,8 @@ void run(const Options& opts) {
         {"max_num_seqs", opts.max_num_seqs},
         {"max_num_batched_tokens", opts.max_num_batched_tokens},
         {"chunked_prefill", scheduler.chunked_prefill},
+        {"speculate", opts.speculation.num_tokens},
+        {"drafter", opts.speculation.enabled() ? opts.speculation.drafter : "none"},
         {"kv_cache", "KV cache " + generator.describe()},
         {"num_kv_blocks", num_blocks},
         {"cpu", cpu_model_name()},
@@ -224,6 +227,8 @@ void run(const Options& opts) {
     replay.request_rate = opts.request_rate;
     replay.max_concurrency = opts.max_concurrency;
     replay.seed = opts.seed;
+    replay.num_speculative_tokens = opts.speculation.num_tokens;
+    replay.drafter = opts.speculation.enabled() ? opts.speculation.drafter : "";
     const ReplayResult run = replay_trace(engine, trace, model.config.vocab_size, replay,
                                           [&bar](const ReplayProgress& p) { bar.update(p); });
     const ServingMetrics metrics =
@@ -253,6 +258,7 @@ void add_bench_throughput_command(CLI::App& bench) {
         "throughput", "replay a trace through the continuous-batching engine (Lab 5)");
     opts->model.add_to(*cmd);
     opts->cache.add_to(*cmd);
+    opts->speculation.add_to(*cmd);
     cmd->add_option("--trace", opts->trace, "JSONL trace (see data/traces/README.md)")
         ->capture_default_str();
     cmd->add_option("--limit", opts->limit, "replay the first N requests (0 = all)")

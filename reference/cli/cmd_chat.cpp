@@ -27,6 +27,7 @@ struct ChatOptions {
     ModelOptions model;
     SamplingOptions sampling;
     CacheOptions cache;
+    SpeculationOptions speculation;
     std::string system = std::string(kSmolLmDefaultSystemPrompt);
     std::string message;
 };
@@ -62,13 +63,14 @@ void add_chat_command(CLI::App& app) {
     opts->model.add_to(*cmd);
     opts->sampling.add_to(*cmd);
     opts->cache.add_to(*cmd);
+    opts->speculation.add_to(*cmd);
     cmd->add_option("--system", opts->system, "system prompt")->capture_default_str();
     cmd->add_option("--message", opts->message, "first user message");
     cmd->callback([opts] {
         const SamplingParams params = opts->sampling.resolve();
         Model model = opts->model.load();
         ModelRunner runner(model.config, model.weights, opts->cache.mla_mode());
-        CliGenerator generator(opts->cache, model, runner);
+        CliGenerator generator(opts->cache, model, runner, {}, opts->speculation);
         const bool interactive = isatty(STDIN_FILENO) != 0;
 
         std::vector<ChatMessage> conversation;

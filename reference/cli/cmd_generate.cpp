@@ -47,6 +47,7 @@ void add_generate_command(CLI::App& app) {
         ModelOptions model;
         SamplingOptions sampling;
         CacheOptions cache;
+        SpeculationOptions speculation;
         std::string prompt;
         std::string tokens;
         int num_completions = 1;
@@ -58,6 +59,7 @@ void add_generate_command(CLI::App& app) {
     opts->model.add_to(*cmd);
     opts->sampling.add_to(*cmd);
     opts->cache.add_to(*cmd);
+    opts->speculation.add_to(*cmd);
     auto* prompt = cmd->add_option("-p,--prompt", opts->prompt, "prompt text");
     auto* tokens = cmd->add_option("--tokens", opts->tokens, "prompt as comma-separated token ids");
     prompt->excludes(tokens);
@@ -92,7 +94,7 @@ void add_generate_command(CLI::App& app) {
         }
 
         ModelRunner runner(model.config, model.weights, opts->cache.mla_mode());
-        CliGenerator generator(opts->cache, model, runner);
+        CliGenerator generator(opts->cache, model, runner, {}, opts->speculation);
         const bool stream_text = !opts->json && opts->num_completions == 1;
         TokenCallback stream;
         if (stream_text) {

@@ -446,13 +446,20 @@ void CudaModelRunner::replay_block_copies(std::span<const BlockCopy> copies, int
     }
 }
 
-std::vector<TokenId> CudaModelRunner::run_step(const StepBatch& batch, PagedKvCache& cache) {
+StepResult CudaModelRunner::run_step(const StepBatch& batch, PagedKvCache& cache) {
+    if (!batch.verifications.empty()) {
+        throw Error(
+            "--device cuda: speculative decoding runs on the CPU runner only for now "
+            "(drop --speculate or use --device cpu)");
+    }
     forward(batch, cache);
     Device& d = *device_;
-    std::vector<TokenId> tokens(batch.samples.size());
+    StepResult result;
+    std::vector<TokenId>& tokens = result.sampled;
+    tokens.resize(batch.samples.size());
     if (batch.samples.empty()) {
         SERVELAB_CUDA_CHECK(cudaStreamSynchronize(d.stream));
-        return tokens;
+        return result;
     }
     std::vector<cuda::DeviceSample> samples;
     std::vector<int32_t> penalized;
@@ -495,7 +502,7 @@ std::vector<TokenId> CudaModelRunner::run_step(const StepBatch& batch, PagedKvCa
                                         cudaMemcpyDeviceToHost, d.stream));
     SERVELAB_CUDA_CHECK(cudaStreamSynchronize(d.stream));
     for (size_t i = 0; i < ids.size(); ++i) tokens[i] = TokenId(ids[i]);
-    return tokens;
+    return result;
 }
 
 std::vector<float> CudaModelRunner::forward_logits(const StepBatch& batch, PagedKvCache& cache) {

@@ -62,7 +62,7 @@ class CudaModelRunner : public StepRunner {
     // KvStorage::kDevice and options.block_size, with at most
     // options.num_kv_blocks blocks (a smaller one uses the first of them:
     // runner_generate.h's one-request pools).
-    std::vector<TokenId> run_step(const StepBatch& batch, PagedKvCache& cache) override;
+    StepResult run_step(const StepBatch& batch, PagedKvCache& cache) override;
     int64_t num_tokens_computed() const override { return num_tokens_computed_; }
     KvStorage kv_storage() const override { return KvStorage::kDevice; }
 

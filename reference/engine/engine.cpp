@@ -39,6 +39,7 @@ struct Engine::Live {
     // request's prompt, and whether this one is such a waiting sibling.
     std::vector<int64_t> siblings;
     bool waiting_to_fork = false;
+    Drafter* drafter = nullptr;  // speculative decoding only
 };
 
 Engine::Engine(const Model& model, StepRunner& runner, const EngineConfig& config)
@@ -49,7 +50,9 @@ Engine::Engine(const Model& model, StepRunner& runner, const EngineConfig& confi
       own_kv_(std::make_unique<KvBlockManager>(*own_pool_, config.prefix_caching)),
       kv_(*own_kv_),
       scheduler_(kv_, config.scheduler, model.config.context_length),
-      static_batching_(config.scheduler.static_batching) {}
+      static_batching_(config.scheduler.static_batching) {
+    drafters_["ngram"] = &ngram_drafter_;
+}
 
 Engine::Engine(const Model& model, StepRunner& runner, KvBlockManager& kv,
                const SchedulerConfig& scheduler)
@@ -57,9 +60,17 @@ Engine::Engine(const Model& model, StepRunner& runner, KvBlockManager& kv,
       runner_(runner),
       kv_(kv),
       scheduler_(kv_, scheduler, model.config.context_length),
-      static_batching_(scheduler.static_batching) {}
+      static_batching_(scheduler.static_batching) {
+    drafters_["ngram"] = &ngram_drafter_;
+}
 
 Engine::~Engine() = default;
+
+void Engine::add_drafter(const std::string& name, Drafter& drafter, bool make_default) {
+    if (name.empty()) throw Error("add_drafter: a drafter needs a name");
+    drafters_[name] = &drafter;
+    if (make_default) default_drafter_ = name;
+}
 
 std::unique_ptr<Engine::Live> Engine::make_live(int64_t id, std::vector<TokenId> prompt,
                                                 const SamplingParams& params, int32_t priority,
@@ -74,6 +85,18 @@ std::unique_ptr<Engine::Live> Engine::make_live(int64_t id, std::vector<TokenId>
         std::make_unique<Live>(id, std::move(prompt), params, priority, kv_.cache().block_size(),
                                model_.tokenizer, std::move(on_token), arrival);
     live->result.prompt_tokens = live->request.tokens;
+    if (params.num_speculative_tokens > 0) {
+        const std::string& name = params.drafter.empty() ? default_drafter_ : params.drafter;
+        const auto found = drafters_.find(name);
+        if (found == drafters_.end()) {
+            std::string loaded;
+            for (const auto& [known, drafter] : drafters_)
+                loaded += (loaded.empty() ? "" : ", ") + known;
+            throw Error(fmt::format("add_request: no drafter named '{}' is loaded (loaded: {})",
+                                    name, loaded));
+        }
+        live->drafter = found->second;
+    }
     return live;
 }
 
@@ -126,25 +149,54 @@ StepOutput Engine::step() {
     const SchedulerOutput scheduled = scheduler_.schedule();
     out.num_batched_tokens = scheduled.num_batched_tokens;
     out.num_preempted = int64_t(scheduled.preempted.size());
+    for (Request* r : scheduled.preempted) {
+        Live& live = *requests_.at(r->id);
+        if (live.drafter != nullptr) live.drafter->release(r->id);  // recomputed later
+    }
+    const std::vector<Draft> drafts = propose_drafts(scheduled, out);
 
     std::vector<SequenceChunk> chunks;
     // The samples this step draws, and for each chunk the index of its first
     // (its waiting siblings' samples, then its own), or -1 when its request
-    // draws nothing this step (mid-prompt, or a padding row).
+    // draws nothing this step (mid-prompt, a padding row, or verifying).
     std::vector<SampleRequest> samples;
     std::vector<int64_t> first_sample;
-    for (const ScheduledChunk& c : scheduled.chunks) {
+    // Speculating chunks: [last token, drafts...], and their verifications.
+    std::vector<std::vector<TokenId>> draft_chunks(scheduled.chunks.size());
+    std::vector<VerifyRequest> verifications;
+    for (size_t i = 0; i < scheduled.chunks.size(); ++i) {
+        const ScheduledChunk& c = scheduled.chunks[i];
         Request& r = *c.request;
-        const auto tokens =
-            std::span(r.tokens).subspan(size_t(r.kv.num_computed_tokens), size_t(c.num_tokens));
         const int64_t row = int64_t(chunks.size());
+        const Draft& draft = drafts[i];
+        if (c.num_draft_slots > 0) {
+            // Slots the drafter left empty go back before the pass.
+            const int64_t unused = c.num_draft_slots - int64_t(draft.tokens.size());
+            kv_.rollback(r.kv, r.kv.table.num_tokens() - unused);
+            out.num_batched_tokens -= unused;
+        }
+        if (!draft.tokens.empty()) {
+            std::vector<TokenId>& tokens = draft_chunks[i];
+            tokens = {r.tokens.back()};
+            tokens.insert(tokens.end(), draft.tokens.begin(), draft.tokens.end());
+            chunks.push_back(
+                {StepInput{tokens, r.kv.num_computed_tokens, LogitsFor::kAllTokens}, &r.kv.table});
+            Live& live = *requests_.at(r.id);
+            verifications.push_back({row, &live.sampler, r.tokens, draft.tokens, draft.probs});
+            out.num_drafted_tokens += int64_t(draft.tokens.size());
+            first_sample.push_back(-1);
+            continue;
+        }
+        const int64_t num_tokens = c.num_tokens - c.num_draft_slots;
+        const auto tokens =
+            std::span(r.tokens).subspan(size_t(r.kv.num_computed_tokens), size_t(num_tokens));
         chunks.push_back({StepInput{tokens, r.kv.num_computed_tokens}, &r.kv.table});
         // A decode token is a running request's one newest token; anything
         // else (a prompt chunk, a preempted request's recompute) is prefill.
         const bool decode = r.num_generated() > 0 && r.num_uncomputed() == 1;
-        if (!decode) out.num_prefill_tokens += c.num_tokens;
+        if (!decode) out.num_prefill_tokens += num_tokens;
 
-        const bool completes = r.num_uncomputed() == c.num_tokens;
+        const bool completes = r.num_uncomputed() == num_tokens;
         if (r.padding || !completes) {
             first_sample.push_back(-1);
             continue;
@@ -158,10 +210,13 @@ StepOutput Engine::step() {
         samples.push_back({row, &live.sampler, r.tokens});
     }
     const std::vector<BlockCopy> copies = kv_.take_block_copies();
-    std::vector<TokenId> sampled;
-    if (!chunks.empty()) sampled = runner_.run_step({chunks, copies, samples}, kv_.cache());
+    StepResult result;
+    if (!chunks.empty()) {
+        result = runner_.run_step({chunks, copies, samples, verifications}, kv_.cache());
+    }
     const auto now = Clock::now();
 
+    size_t next_verification = 0;
     for (size_t i = 0; i < scheduled.chunks.size(); ++i) {
         Request& r = *scheduled.chunks[i].request;
         if (r.padding) {
@@ -170,6 +225,10 @@ StepOutput Engine::step() {
             continue;
         }
         Live& live = *requests_.at(r.id);
+        if (!drafts[i].tokens.empty()) {
+            accept_verified(live, drafts[i].tokens, result.verified[next_verification++], now, out);
+            continue;
+        }
         if (!live.scheduled_once) {
             live.scheduled_once = true;
             live.result.timings.queue_ms = ms_between(live.arrival, step_start);
@@ -177,7 +236,7 @@ StepOutput Engine::step() {
         }
         kv_.commit(r.kv, r.tokens);
         if (first_sample[i] < 0) continue;  // mid-prompt: no token this step
-        const auto mine = std::span(sampled).subspan(size_t(first_sample[i]));
+        const auto mine = std::span(result.sampled).subspan(size_t(first_sample[i]));
         const size_t num_siblings = live.siblings.size();
         if (num_siblings > 0) fork_siblings(live, mine.first(num_siblings), now, out);
         accept_token(live, mine[num_siblings], now, out);
@@ -187,6 +246,64 @@ StepOutput Engine::step() {
     out.num_waiting = scheduler_.num_waiting();
     out.num_kv_blocks_used = kv_.cache().num_blocks() - kv_.num_available_blocks();
     return out;
+}
+
+std::vector<Draft> Engine::propose_drafts(const SchedulerOutput& scheduled, StepOutput& out) {
+    std::vector<Draft> drafts(scheduled.chunks.size());
+    const auto start = Clock::now();
+    for (const auto& [name, drafter] : drafters_) {
+        std::vector<DraftRequest> asks;
+        std::vector<size_t> chunk_of_ask;
+        for (size_t i = 0; i < scheduled.chunks.size(); ++i) {
+            const ScheduledChunk& c = scheduled.chunks[i];
+            if (c.num_draft_slots == 0) continue;
+            Live& live = *requests_.at(c.request->id);
+            if (live.drafter != drafter) continue;
+            asks.push_back({c.request->id, c.request->tokens, c.num_draft_slots, &live.sampler});
+            chunk_of_ask.push_back(i);
+        }
+        if (asks.empty()) continue;
+        std::vector<Draft> proposed = drafter->propose(asks);
+        for (size_t j = 0; j < asks.size(); ++j) {
+            Draft& draft = proposed.at(j);
+            const size_t vocab = size_t(model_.config.vocab_size);
+            if (int64_t(draft.tokens.size()) > asks[j].max_drafts ||
+                (!draft.probs.empty() && draft.probs.size() != draft.tokens.size() * vocab)) {
+                throw Error(fmt::format("drafter '{}' returned a malformed draft", name));
+            }
+            drafts[chunk_of_ask[j]] = std::move(draft);
+        }
+    }
+    out.draft_ms = ms_between(start, Clock::now());
+    return drafts;
+}
+
+void Engine::accept_verified(Live& live, std::span<const TokenId> drafts,
+                             const Verification& verdict, Clock::time_point now, StepOutput& out) {
+    Request& r = live.request;
+    // The pass wrote keys and values for the last token and every draft;
+    // keep them up to the last accepted draft. The target's own next token
+    // is not computed yet: the next step computes it (and drafts after it).
+    const auto kept = drafts.first(size_t(verdict.num_accepted));
+    const int64_t num_kept = int64_t(r.tokens.size()) + verdict.num_accepted;
+    kv_.rollback(r.kv, num_kept);
+    std::vector<TokenId> kept_sequence = r.tokens;
+    kept_sequence.insert(kept_sequence.end(), kept.begin(), kept.end());
+    kv_.commit(r.kv, kept_sequence);
+    live.drafter->rollback(r.id, num_kept);
+
+    SpeculativeStats& stats = live.result.speculative;
+    ++stats.verify_passes;
+    stats.drafted_tokens += int64_t(drafts.size());
+    stats.accepted_tokens += verdict.num_accepted;
+    if (verdict.num_accepted < int64_t(drafts.size())) ++stats.rejections;
+    out.num_accepted_tokens += verdict.num_accepted;
+
+    std::vector<TokenId> emitted(kept.begin(), kept.end());
+    emitted.push_back(verdict.next_token);
+    for (TokenId token : emitted) {
+        if (accept_token(live, token, now, out)) return;  // finished: the rest is dropped
+    }
 }
 
 void Engine::fork_siblings(Live& parent, std::span<const TokenId> first_tokens,
@@ -204,7 +321,7 @@ void Engine::fork_siblings(Live& parent, std::span<const TokenId> first_tokens,
     parent.siblings.clear();
 }
 
-void Engine::accept_token(Live& live, TokenId token, Clock::time_point now, StepOutput& out) {
+bool Engine::accept_token(Live& live, TokenId token, Clock::time_point now, StepOutput& out) {
     Request& r = live.request;
     r.tokens.push_back(token);
     live.result.tokens.push_back(token);
@@ -223,6 +340,7 @@ void Engine::accept_token(Live& live, TokenId token, Clock::time_point now, Step
     if (live.on_token) live.on_token(token, piece);
     out.tokens.push_back({r.id, token, piece});
     if (finished) finish(live, *finished, out.finished);
+    return finished.has_value();
 }
 
 void Engine::finish(Live& live, FinishReason reason, std::vector<FinishedRequest>& finished) {
@@ -241,6 +359,7 @@ void Engine::finish(Live& live, FinishReason reason, std::vector<FinishedRequest
     live.result.num_preemptions = live.request.num_preemptions;
     live.result.timings.total_ms = ms_between(live.arrival, Clock::now());
     finished.push_back({id, std::move(live.result)});
+    if (live.drafter != nullptr) live.drafter->release(id);
 
     // A static batch keeps its shape: the finished request stays as a
     // padding row until the batch ends (release_padding).

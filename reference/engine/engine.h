@@ -21,6 +21,15 @@
 // once. Completion i samples with seed + i. (The siblings join the running
 // set without admission, so they may take it past max_num_seqs by n - 1.)
 //
+// Speculative decoding (Lab 6): a request with num_speculative_tokens = K
+// gets up to K draft slots in a decode step (the scheduler's budget
+// permitting). Its drafter fills them (all of a drafter's requests in one
+// call), the target computes [last token, d_1..d_K] with logits at every
+// position, and the runner verifies the drafts as the request's Sampler would
+// draw. The rejected drafts' slots are rolled back in the target's pool and
+// in the drafter's own cache; the kept drafts and the target's next token
+// are emitted together. Requests with and without speculation share steps.
+//
 // Static batching (SchedulerConfig::static_batching, the baseline): a
 // finished request's result is reported at once, but its row stays in the
 // batch — a discarded token computed for it every step — until the batch's
@@ -42,6 +51,8 @@
 #include "reference/model/model.h"
 #include "reference/sampling/sampler.h"
 #include "reference/scheduler/scheduler.h"
+#include "reference/speculative/drafter.h"
+#include "reference/speculative/ngram_drafter.h"
 
 namespace servelab {
 
@@ -73,6 +84,11 @@ struct StepOutput {
     int64_t num_running = 0;         // after the step
     int64_t num_waiting = 0;         // after the step
     int64_t num_kv_blocks_used = 0;  // held by running requests, after the step
+    // Speculative decoding: drafts verified this step (counted among the
+    // batched tokens), of those kept, and the drafters' time.
+    int64_t num_drafted_tokens = 0;
+    int64_t num_accepted_tokens = 0;
+    double draft_ms = 0.0;
 };
 
 class Engine {
@@ -115,6 +131,10 @@ class Engine {
     // the next step() reports it among the finished. Returns false for an
     // unknown or already finished id.
     bool cancel(int64_t request_id);
+    // Makes `drafter` (which must outlive the engine) available to requests
+    // as SamplingParams::drafter = `name`. "ngram" (prompt lookup) is always
+    // there; `make_default` makes `name` what an empty drafter name means.
+    void add_drafter(const std::string& name, Drafter& drafter, bool make_default = false);
     bool has_unfinished() const { return !requests_.empty(); }
     int64_t num_unfinished() const { return int64_t(requests_.size()); }
 
@@ -135,8 +155,16 @@ class Engine {
     std::unique_ptr<Live> make_live(int64_t id, std::vector<TokenId> prompt,
                                     const SamplingParams& params, int32_t priority,
                                     TokenCallback on_token, Clock::time_point arrival);
-    // Appends `token` to `live`, streams it, and finishes `live` if it is done.
-    void accept_token(Live& live, TokenId token, Clock::time_point now, StepOutput& out);
+    // Appends `token` to `live`, streams it, and finishes `live` if it is
+    // done. Returns true when it finished (`live` may then be destroyed).
+    bool accept_token(Live& live, TokenId token, Clock::time_point now, StepOutput& out);
+    // The drafts for every chunk with draft slots (others get none), one
+    // propose() call per drafter.
+    std::vector<Draft> propose_drafts(const SchedulerOutput& scheduled, StepOutput& out);
+    // A verification pass is back: roll back the rejected drafts (target
+    // and drafter), then emit the kept drafts and the target's token.
+    void accept_verified(Live& live, std::span<const TokenId> drafts, const Verification& verdict,
+                         Clock::time_point now, StepOutput& out);
     // The prompt of `parent` is computed: its waiting siblings fork its
     // blocks and take their first tokens (sampled from the parent's logits).
     void fork_siblings(Live& parent, std::span<const TokenId> first_tokens, Clock::time_point now,
@@ -162,6 +190,9 @@ class Engine {
     std::map<int64_t, std::unique_ptr<Live>> requests_;
     std::map<int64_t, std::unique_ptr<Live>> padding_;  // static batching's finished rows
     std::vector<FinishedRequest> cancelled_;            // reported by the next step()
+    NgramDrafter ngram_drafter_;
+    std::map<std::string, Drafter*> drafters_;  // by name
+    std::string default_drafter_ = "ngram";
 };
 
 }  // namespace servelab

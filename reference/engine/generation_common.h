@@ -1,9 +1,8 @@
 // generation_common.h — what the single-request generation loops check, time and do per token
 // alike.
 //
-// Part of the engine (Labs 1, 2 and 6). Shared by runner_generate.cpp (the
-// naive and contiguous layouts on any StepRunner) and
-// reference/speculative/speculative_generate.cpp. (generator.cpp, Lab 1's
+// Part of the engine (Labs 1 and 2). Used by runner_generate.cpp (the naive
+// and contiguous layouts on any StepRunner). (generator.cpp, Lab 1's
 // exercise, keeps its own copy so the student's file stands alone.)
 #pragma once
 

@@ -32,6 +32,27 @@ struct GenerationTimings {
     double queue_ms = 0.0;  // arrival to the first step that computed it (engine only)
 };
 
+// Speculative decoding's counts for one request (Lab 6; engine only).
+struct SpeculativeStats {
+    int64_t verify_passes = 0;    // target passes that verified at least one draft
+    int64_t drafted_tokens = 0;   // drafts verified, over all passes
+    int64_t accepted_tokens = 0;  // of those, kept
+    int64_t rejections = 0;       // passes that rejected a draft (at most one each)
+
+    // The per-draft acceptance rate α: of the drafts the target judged (each
+    // pass judges up to and including its first rejection), the share kept.
+    double acceptance_rate() const {
+        const int64_t judged = accepted_tokens + rejections;
+        return judged > 0 ? double(accepted_tokens) / double(judged) : 0.0;
+    }
+    // Tokens a verification pass emitted on average: the kept drafts plus
+    // the target's own token.
+    double tokens_per_pass() const {
+        return verify_passes > 0 ? double(accepted_tokens + verify_passes) / double(verify_passes)
+                                 : 0.0;
+    }
+};
+
 struct GenerationResult {
     std::vector<TokenId> prompt_tokens;
     std::vector<TokenId> tokens;  // generated ids (a stop token, when hit, is included)
@@ -43,6 +64,7 @@ struct GenerationResult {
     // often the scheduler preempted it (each time it recomputed its tokens).
     int64_t cached_prompt_tokens = 0;
     int64_t num_preemptions = 0;
+    SpeculativeStats speculative;  // all 0 without speculation
 };
 
 // Called once per generated token with the text now safe to show (may be

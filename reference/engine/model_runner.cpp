@@ -17,6 +17,7 @@
 #include "reference/attention/cached_attention.h"
 #include "reference/attention/mla_attention.h"
 #include "reference/common/error.h"
+#include "reference/speculative/verify_drafts.h"
 
 namespace servelab {
 
@@ -110,21 +111,46 @@ std::vector<float> ModelRunner::forward_batch(std::span<const SequenceChunk> chu
     return run_layers(chunks, KvTarget{.paged = &cache});
 }
 
-std::vector<TokenId> ModelRunner::run_step(const StepBatch& batch, PagedKvCache& cache) {
+StepResult ModelRunner::run_step(const StepBatch& batch, PagedKvCache& cache) {
     const std::vector<float> logits = forward_batch(batch.chunks, cache);
     const size_t vocab_size = size_t(config_.vocab_size);
-    std::vector<TokenId> tokens;
-    for (const SampleRequest& sample : batch.samples) {
-        if (sample.row < 0 || size_t(sample.row) >= batch.chunks.size()) {
-            throw Error(fmt::format("run_step: sample of row {} in a batch of {} chunks",
-                                    sample.row, batch.chunks.size()));
+    // Where each chunk's rows end in `logits`: one row per chunk, or one per
+    // token for chunks that asked for all (verification).
+    std::vector<size_t> rows_end;
+    size_t num_rows = 0;
+    for (const SequenceChunk& chunk : batch.chunks) {
+        num_rows += chunk.step.logits_for == LogitsFor::kLastToken ? 1 : chunk.step.tokens.size();
+        rows_end.push_back(num_rows);
+    }
+    const auto check_row = [&](int64_t row, const char* what) {
+        if (row < 0 || size_t(row) >= batch.chunks.size()) {
+            throw Error(fmt::format("run_step: {} of row {} in a batch of {} chunks", what, row,
+                                    batch.chunks.size()));
         }
-        const auto first = logits.begin() + std::ptrdiff_t(size_t(sample.row) * vocab_size);
+    };
+    StepResult result;
+    for (const SampleRequest& sample : batch.samples) {
+        check_row(sample.row, "sample");
+        const auto first =
+            logits.begin() + std::ptrdiff_t((rows_end[size_t(sample.row)] - 1) * vocab_size);
         // A copy: the sampler edits it, and siblings share the row.
         sample_row_.assign(first, first + std::ptrdiff_t(vocab_size));
-        tokens.push_back(sample.sampler->sample(sample_row_, sample.history));
+        result.sampled.push_back(sample.sampler->sample(sample_row_, sample.history));
     }
-    return tokens;
+    for (const VerifyRequest& verify : batch.verifications) {
+        check_row(verify.row, "verification");
+        const size_t rows = verify.drafts.size() + 1;
+        const SequenceChunk& chunk = batch.chunks[size_t(verify.row)];
+        if (chunk.step.logits_for != LogitsFor::kAllTokens || chunk.step.tokens.size() < rows) {
+            throw Error("run_step: a verification's chunk must carry logits for its drafts");
+        }
+        const size_t first_row = rows_end[size_t(verify.row)] - rows;
+        result.verified.push_back(
+            verify_drafts(*verify.sampler, verify.history, verify.drafts, verify.draft_probs,
+                          std::span(logits).subspan(first_row * vocab_size, rows * vocab_size),
+                          config_.vocab_size));
+    }
+    return result;
 }
 
 std::vector<float> ModelRunner::run_layers(std::span<const SequenceChunk> chunks, KvTarget kv) {

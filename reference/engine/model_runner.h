@@ -75,7 +75,7 @@ class ModelRunner : public StepRunner {
 
     // The engine's step on the CPU (step_runner.h): forward_batch, then each
     // sample drawn by its request's Sampler from a copy of its row.
-    std::vector<TokenId> run_step(const StepBatch& batch, PagedKvCache& cache) override;
+    StepResult run_step(const StepBatch& batch, PagedKvCache& cache) override;
 
   private:
     // Where a step's keys and values go: nowhere (Lab 1), a contiguous cache

@@ -27,7 +27,7 @@ TokenId step_and_sample(StepRunner& runner, PagedKvCache& pool, KvBlockManager& 
                               &kv_sequence.table};
     const SampleRequest sample{0, &sampler, sequence};
     const TokenId token =
-        runner.run_step({std::span(&chunk, 1), {}, std::span(&sample, 1)}, pool)[0];
+        runner.run_step({std::span(&chunk, 1), {}, std::span(&sample, 1), {}}, pool).sampled[0];
     kv.commit(kv_sequence, sequence);
     return token;
 }

@@ -21,6 +21,7 @@
 #include "reference/kv/block_table.h"
 #include "reference/kv/paged_kv_cache.h"
 #include "reference/sampling/sampler.h"
+#include "reference/speculative/rejection_sampler.h"
 
 namespace servelab {
 
@@ -32,6 +33,19 @@ struct SampleRequest {
     std::span<const TokenId> history;  // the request's tokens so far (repetition penalty)
 };
 
+// Speculative decoding (Lab 6): chunk `row` is [last token, d_1..d_K] with
+// logits for all its tokens; verify the K drafts against the target's
+// distributions at its K+1 positions, as the request's Sampler would draw
+// (reference/speculative/verify_drafts.h).
+struct VerifyRequest {
+    int64_t row = 0;
+    Sampler* sampler = nullptr;
+    std::span<const TokenId> history;    // the request's tokens before the drafts
+    std::span<const TokenId> drafts;     // d_1..d_K
+    std::span<const float> draft_probs;  // (K, vocab) the q_i they were drawn from; empty:
+                                         // point masses (a deterministic drafter, or greedy)
+};
+
 struct StepBatch {
     std::span<const SequenceChunk> chunks;
     // Copy-on-write copies the block manager made since the last step, in
@@ -39,6 +53,12 @@ struct StepBatch {
     // replays them before writing this step's keys and values.
     std::span<const BlockCopy> block_copies;
     std::span<const SampleRequest> samples;
+    std::span<const VerifyRequest> verifications;
+};
+
+struct StepResult {
+    std::vector<TokenId> sampled;        // one per sample, in order
+    std::vector<Verification> verified;  // one per verification, in order
 };
 
 class StepRunner {
@@ -46,8 +66,9 @@ class StepRunner {
     virtual ~StepRunner() = default;
     // Runs the chunks (each ending at its table's num_tokens(), keys and
     // values written to the blocks the tables name) and returns one token
-    // per sample, in order. Throws servelab::Error for a malformed batch.
-    virtual std::vector<TokenId> run_step(const StepBatch& batch, PagedKvCache& cache) = 0;
+    // per sample and one verdict per verification, in order. Throws
+    // servelab::Error for a malformed batch.
+    virtual StepResult run_step(const StepBatch& batch, PagedKvCache& cache) = 0;
     // Tokens pushed through the layers so far, over all steps.
     virtual int64_t num_tokens_computed() const = 0;
     // Where the pool's rows must live for this runner (PagedKvCache's storage).

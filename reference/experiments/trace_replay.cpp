@@ -46,6 +46,8 @@ ReplayResult replay_trace(Engine& engine, const std::vector<TraceRequest>& trace
             SamplingParams params;
             params.max_tokens = int32_t(trace[next].output_tokens);
             params.ignore_eos = true;
+            params.num_speculative_tokens = options.num_speculative_tokens;
+            params.drafter = options.drafter;
             const int64_t id = engine.add_request(trace_prompt_ids(trace[next], vocab_size), params,
                                                   0, {}, arrival);
             in_flight[id] = {next, seconds_between(start, arrival)};

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "reference/engine/engine.h"
@@ -22,7 +23,11 @@ namespace servelab {
 struct ReplayOptions {
     double request_rate = 0;      // requests/s (Poisson arrivals); <= 0: all at once
     int64_t max_concurrency = 0;  // requests in the engine at once; 0: no limit
-    uint64_t seed = 0;            // of the arrival process
+    // Speculative decoding for every request (Lab 6): K drafts per step
+    // from the engine's drafter of this name; 0 = off.
+    int32_t num_speculative_tokens = 0;
+    std::string drafter;
+    uint64_t seed = 0;  // of the arrival process
 };
 
 struct ReplayProgress {

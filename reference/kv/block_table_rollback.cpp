@@ -17,6 +17,10 @@
 namespace servelab {
 
 void BlockTable::truncate(int64_t num_tokens, BlockAllocator& allocator) {
+    // BEGIN SOLUTION lab06
+    // HINT: refuse num_tokens outside [0, num_tokens()] with a servelab::Error
+    // HINT: keep ceil(num_tokens / block_size_) blocks; release the others to `allocator`,
+    // HINT: last first; then the table holds num_tokens tokens
     if (num_tokens < 0 || num_tokens > num_tokens_) {
         throw Error(
             fmt::format("block table: cannot truncate {} tokens to {}", num_tokens_, num_tokens));
@@ -27,6 +31,7 @@ void BlockTable::truncate(int64_t num_tokens, BlockAllocator& allocator) {
         blocks_.pop_back();
     }
     num_tokens_ = num_tokens;
+    // END SOLUTION
 }
 
 }  // namespace servelab

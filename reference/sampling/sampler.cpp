@@ -33,7 +33,35 @@ TokenId Sampler::sample(std::span<float> logits, std::span<const TokenId> histor
     apply_repetition_penalty(logits, history, params_.repetition_penalty,
                              params_.repetition_window);
     if (params_.temperature == 0.0f) return argmax(logits);
+    keep_candidates(logits);
 
+    double remaining = 0.0;
+    for (const Candidate& c : candidates_) remaining += c.score;
+    const double target = next_uniform() * remaining;
+    double cumulative = 0.0;
+    for (const Candidate& c : candidates_) {
+        cumulative += c.score;
+        if (target < cumulative) return c.id;
+    }
+    return candidates_.back().id;  // rounding left target at the very end
+}
+
+void Sampler::distribution(std::span<float> logits, std::span<const TokenId> history,
+                           std::vector<float>& probs) {
+    apply_repetition_penalty(logits, history, params_.repetition_penalty,
+                             params_.repetition_window);
+    probs.assign(logits.size(), 0.0f);
+    if (params_.temperature == 0.0f) {
+        probs[size_t(argmax(logits))] = 1.0f;
+        return;
+    }
+    keep_candidates(logits);
+    double remaining = 0.0;
+    for (const Candidate& c : candidates_) remaining += c.score;
+    for (const Candidate& c : candidates_) probs[size_t(c.id)] = float(c.score / remaining);
+}
+
+void Sampler::keep_candidates(std::span<const float> logits) {
     candidates_.clear();
     for (size_t i = 0; i < logits.size(); ++i) {
         candidates_.push_back({logits[i] / params_.temperature, TokenId(i)});
@@ -57,16 +85,6 @@ TokenId Sampler::sample(std::span<float> logits, std::span<const TokenId> histor
         while (kept < candidates_.size() && candidates_[kept].score >= threshold) ++kept;
         candidates_.resize(kept);
     }
-
-    double remaining = 0.0;
-    for (const Candidate& c : candidates_) remaining += c.score;
-    const double target = next_uniform() * remaining;
-    double cumulative = 0.0;
-    for (const Candidate& c : candidates_) {
-        cumulative += c.score;
-        if (target < cumulative) return c.id;
-    }
-    return candidates_.back().id;  // rounding left target at the very end
 }
 
 }  // namespace servelab

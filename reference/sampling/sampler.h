@@ -26,6 +26,14 @@ class Sampler {
     // `history` is the sequence so far (prompt + generated), for the penalty.
     TokenId sample(std::span<float> logits, std::span<const TokenId> history);
 
+    // The distribution sample() draws from, over the whole vocabulary:
+    // `probs[t]` is token t's probability after every filter, renormalized
+    // (0 for filtered tokens; greedy: 1 on the argmax). Draws nothing from
+    // the random stream. Speculative decoding (Lab 6) verifies drafts against
+    // exactly this distribution. `logits` is modified as by sample().
+    void distribution(std::span<float> logits, std::span<const TokenId> history,
+                      std::vector<float>& probs);
+
     // A uniform draw in [0, 1) from 53 random bits: the same on every
     // platform, unlike std::uniform_real_distribution.
     double next_uniform();
@@ -33,6 +41,11 @@ class Sampler {
     const SamplingParams& params() const { return params_; }
 
   private:
+    // Temperature, top-k, softmax, top-p and min-p: candidates_ becomes the
+    // tokens kept, most likely first, with their probabilities (not yet
+    // renormalized after top-p / min-p).
+    void keep_candidates(std::span<const float> logits);
+
     SamplingParams params_;
     std::mt19937_64 rng_;
     std::vector<Candidate> candidates_;  // reused between calls

@@ -12,6 +12,11 @@
 
 namespace servelab {
 
+// More drafts per pass than this never pay: at acceptance rate a the
+// expected tokens per pass, (1 - a^(K+1)) / (1 - a), is then within
+// a^(K+1) / (1 - a) of its limit 1 / (1 - a), while each draft still costs.
+inline constexpr int32_t kMaxSpeculativeTokens = 32;
+
 struct SamplingParams {
     float temperature = 0.0f;         // 0 = greedy (argmax); else logits / temperature
     int32_t top_k = 0;                // keep the k most likely tokens; 0 = off
@@ -24,6 +29,12 @@ struct SamplingParams {
     std::vector<TokenId> stop_token_ids;    // besides the model's end-of-generation tokens
     std::vector<std::string> stop_strings;  // generation ends before the first match
     bool ignore_eos = false;                // keep going past end-of-generation tokens
+    // Speculative decoding (Lab 6): up to this many drafted tokens verified
+    // per step (K); 0 = off. `drafter` names one of the engine's drafters
+    // ("ngram" always exists; empty = the engine's default). Speculation
+    // never changes what is sampled, only how many forward passes it takes.
+    int32_t num_speculative_tokens = 0;
+    std::string drafter;
 
     // Throws servelab::Error naming the first out-of-range field.
     void validate() const;

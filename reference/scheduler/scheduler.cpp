@@ -49,6 +49,7 @@ SchedulerOutput Scheduler::schedule() {
         if (budget == 0) break;
         if (request->status == RequestStatus::kRunning) schedule_running(*request, budget, out);
     }
+    for (ScheduledChunk& chunk : out.chunks) add_draft_slots(chunk, budget);
     // A step that had to preempt admits nobody: the pool is full.
     if (out.preempted.empty()) {
         if (!config_.static_batching) {
@@ -104,6 +105,24 @@ void Scheduler::admit_waiting(int64_t budget, SchedulerOutput& out) {
         budget -= num_tokens;
     }
     // END SOLUTION
+}
+
+void Scheduler::add_draft_slots(ScheduledChunk& chunk, int64_t& budget) {
+    const Request& request = *chunk.request;
+    const int64_t length = int64_t(request.tokens.size());
+    // Only a decode step drafts: one new token, after the prompt.
+    const bool decoding = request.num_generated() > 0 && chunk.num_tokens == 1 &&
+                          request.num_uncomputed() == 1 && !request.padding;
+    if (!decoding) return;
+    // A pass emits the accepted drafts plus one token of the target's own:
+    // no draft is worth a slot past max_tokens or past the context.
+    const int64_t useful = int64_t(request.params.max_tokens) - request.num_generated() - 1;
+    const int64_t wanted = std::min(
+        {int64_t(request.params.num_speculative_tokens), useful, budget, context_length_ - length});
+    if (wanted <= 0 || !kv_.reserve(chunk.request->kv, wanted)) return;
+    chunk.num_tokens += wanted;
+    chunk.num_draft_slots = wanted;
+    budget -= wanted;
 }
 
 std::deque<Request*>::iterator Scheduler::next_waiting() {

@@ -22,6 +22,12 @@
 // always advances: the schedule cannot thrash into no progress. And add()
 // refuses any request the whole pool could not hold, so a request running
 // alone always fits.
+//
+// Speculative decoding (Lab 6): after every running request has its token,
+// a decoding request that speculates (SamplingParams::num_speculative_tokens
+// = K) gets slots for up to K drafted tokens, oldest first, out of what the
+// budget leaves — drafted tokens are computed tokens like any other. Drafts
+// are optional work: they take only free blocks and never preempt anyone.
 #pragma once
 
 #include <cstdint>
@@ -51,10 +57,12 @@ struct SchedulerConfig {
 };
 
 // `request` computes tokens [kv.num_computed_tokens, + num_tokens) this step;
-// their slots are reserved.
+// their slots are reserved. Of those, the last num_draft_slots are for
+// drafted tokens (speculative decoding, Lab 6), which the engine fills in.
 struct ScheduledChunk {
     Request* request = nullptr;
     int64_t num_tokens = 0;
+    int64_t num_draft_slots = 0;
 };
 
 struct SchedulerOutput {
@@ -87,6 +95,7 @@ class Scheduler {
   private:
     void schedule_running(Request& request, int64_t& budget, SchedulerOutput& out);
     void admit_waiting(int64_t budget, SchedulerOutput& out);
+    void add_draft_slots(ScheduledChunk& chunk, int64_t& budget);
     // Frees one running request's blocks so another can grow: a static
     // batch's padding row if there is one, else pick_victim()'s choice,
     // preempted. Returns the request that left.

@@ -13,6 +13,10 @@ std::vector<TokenId> propose_ngram(std::span<const TokenId> tokens, int64_t k,
     if (options.min_n < 1 || options.max_n < options.min_n) {
         throw Error("n-gram proposer: need 1 <= min_n <= max_n");
     }
+    // BEGIN SOLUTION lab06
+    // HINT: for n from max_n (at most length - 1) down to min_n: the suffix of n tokens
+    // HINT: look for its latest earlier occurrence that ends before the suffix does
+    // HINT: found: return the up-to-k tokens that follow it; none for any n: return {}
     const int64_t length = int64_t(tokens.size());
     for (int64_t n = std::min(options.max_n, length - 1); n >= options.min_n; --n) {
         const auto suffix = tokens.subspan(size_t(length - n));
@@ -27,6 +31,7 @@ std::vector<TokenId> propose_ngram(std::span<const TokenId> tokens, int64_t k,
         }
     }
     return {};
+    // END SOLUTION
 }
 
 }  // namespace servelab

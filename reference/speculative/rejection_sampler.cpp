@@ -45,6 +45,9 @@ Verification verify_greedy(std::span<const TokenId> draft, std::span<const float
     const auto row = [&](size_t i) {
         return target_logits.subspan(i * size_t(vocab_size), size_t(vocab_size));
     };
+    // BEGIN SOLUTION lab06
+    // HINT: count the drafts while draft[i] == argmax(row(i)); stop at the first mismatch
+    // HINT: the next token is argmax of the row you stopped at (row K when all matched)
     Verification result;
     while (size_t(result.num_accepted) < draft.size() &&
            argmax(row(size_t(result.num_accepted))) == draft[size_t(result.num_accepted)]) {
@@ -52,6 +55,7 @@ Verification verify_greedy(std::span<const TokenId> draft, std::span<const float
     }
     result.next_token = argmax(row(size_t(result.num_accepted)));
     return result;
+    // END SOLUTION
 }
 
 Verification verify_stochastic(std::span<const TokenId> draft, std::span<const float> target_probs,
@@ -61,6 +65,12 @@ Verification verify_stochastic(std::span<const TokenId> draft, std::span<const f
     if (draft_probs.size() != draft.size() * size_t(vocab_size)) {
         throw Error("verify: the draft's distributions do not match its tokens");
     }
+    // BEGIN SOLUTION lab06
+    // HINT: for each draft d_i: p = row i of target_probs, q = row i of draft_probs
+    // HINT: accept with probability min(1, p(d)/q(d)): compare uniform() * q(d) with p(d)
+    // HINT: at the first rejection draw the next token from max(0, p - q) (draw_from
+    // HINT: normalizes); if that is all zero (p = q up to rounding), draw from p instead
+    // HINT: all K accepted: draw the bonus token from row K of target_probs
     const size_t vocab = size_t(vocab_size);
     Verification result;
     for (size_t i = 0; i < draft.size(); ++i) {
@@ -84,6 +94,7 @@ Verification verify_stochastic(std::span<const TokenId> draft, std::span<const f
     }
     result.next_token = draw_from(target_probs.subspan(draft.size() * vocab, vocab), uniform());
     return result;
+    // END SOLUTION
 }
 
 }  // namespace servelab

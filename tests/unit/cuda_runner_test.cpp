@@ -182,7 +182,7 @@ TEST_F(CudaRunner, LogitsEqualTheCpuRunnerOverPrefillChunksAndDecodeSteps) {
                      &seqs[s].table});
             }
             const std::vector<float> want = cpu.forward_batch(chunks, cpu_pool);
-            const std::vector<float> got = gpu.forward_logits({chunks, {}, {}}, gpu_pool);
+            const std::vector<float> got = gpu.forward_logits({chunks, {}, {}, {}}, gpu_pool);
             ASSERT_EQ(got.size(), want.size());
             const size_t vocab = size_t(c.vocab_size);
             for (size_t s = 0; s < chunks.size(); ++s) {
@@ -227,7 +227,9 @@ TEST_F(CudaRunner, ParallelSamplingForksBlocksAndCopiesOnWrite) {
     SamplingParams greedy;
     greedy.max_tokens = 12;
     greedy.ignore_eos = true;
-    EngineConfig config{.num_kv_blocks = 64, .block_size = 8};
+    EngineConfig config;
+    config.num_kv_blocks = 64;
+    config.block_size = 8;
     Engine gpu_engine(*model_, gpu, config);
     Engine cpu_engine(*model_, cpu, config);
     const auto gpu_results = gpu_engine.generate_parallel(prompt, greedy, 3);
@@ -264,7 +266,7 @@ TEST_F(CudaRunner, RefusesAPoolItDoesNotMirror) {
     PagedSequence seq = kv.start(prompt);
     ASSERT_TRUE(kv.reserve(seq, 3));
     const SequenceChunk chunk{StepInput{prompt, 0}, &seq.table};
-    EXPECT_THROW(gpu.forward_logits({std::span(&chunk, 1), {}, {}}, host_pool), Error);
+    EXPECT_THROW(gpu.forward_logits({std::span(&chunk, 1), {}, {}, {}}, host_pool), Error);
 }
 
 TEST_F(CudaRunner, SmolLm2GoldenPromptsAgreeWithTheCpuEngineUpToNearTies) {

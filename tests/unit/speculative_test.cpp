@@ -1,4 +1,4 @@
-// speculative_test.cpp — the parts of speculative decoding that need no model (Lab 6 groundwork).
+// speculative_test.cpp — the parts of speculative decoding that need no model (Lab 6).
 //
 // Chapter 11.6. Verification (reference/speculative/rejection_sampler.h):
 // greedy keeps exactly the drafts the target's argmax agrees with; the
@@ -19,7 +19,6 @@
 #include "reference/kv/kv_block_manager.h"
 #include "reference/speculative/ngram_proposer.h"
 #include "reference/speculative/rejection_sampler.h"
-#include "reference/speculative/speculative_generate.h"
 #include "tests/unit/engine_test_util.h"
 #include "tests/unit/test_util.h"
 
@@ -227,42 +226,6 @@ TEST(KvRollback, ForgetsTokensHashesAndBlocksButNotWhatThePrefixCacheNamed) {
     kv.rollback(seq, 0);
     EXPECT_TRUE(seq.table.blocks().empty());
     EXPECT_THROW(kv.rollback(seq, 1), Error);
-}
-
-class SpeculativeGenerate : public test::TinyModelTest {
-  protected:
-    void SetUp() override { load_tiny_model({.num_heads = 4, .num_kv_heads = 2}); }
-};
-
-TEST_F(SpeculativeGenerate, GreedyOutputEqualsPlainGreedyTokenForToken) {
-    SCOPED_TRACE(random_.trace());
-    SamplingParams greedy;
-    greedy.max_tokens = 40;
-    greedy.ignore_eos = true;
-    // A prompt that repeats itself, so the n-gram drafter has something to
-    // find, and a random one.
-    std::vector<TokenId> repetitive = random_prompt(6);
-    for (int i = 0; i < 3; ++i)
-        repetitive.insert(repetitive.end(), repetitive.begin(), repetitive.begin() + 6);
-    SpeculativeStats total;
-    for (const std::vector<TokenId>& prompt : {repetitive, random_prompt(17)}) {
-        const GenerationResult want = solo(prompt, greedy);
-        for (int64_t k : {0, 1, 3, 6}) {
-            SCOPED_TRACE("k = " + std::to_string(k));
-            SpeculativeStats stats;
-            const GenerationResult got =
-                speculative_generate(*runner_, *model_, prompt, greedy, k, &stats);
-            EXPECT_EQ(got.tokens, want.tokens);
-            EXPECT_EQ(got.text, want.text);
-            // Each pass emits its accepted drafts plus one token; the last
-            // pass may have had more than max_tokens left room for.
-            const int64_t emitted = stats.accepted_tokens + stats.target_passes;
-            EXPECT_GE(emitted, int64_t(got.tokens.size()));
-            EXPECT_LE(emitted, int64_t(got.tokens.size()) + k);
-            total.accepted_tokens += stats.accepted_tokens;
-        }
-    }
-    EXPECT_GT(total.accepted_tokens, 0);  // the drafter was right at least sometimes
 }
 
 }  // namespace
