@@ -11,7 +11,11 @@
 //                    pass, each in units of a plain decode step;
 //   the speedup      decode tokens/s against plain decoding (median of the
 //                    rounds' ratios), and the one the costs predict:
-//                    tokens per pass / (verify cost + draft cost).
+//                    tokens per pass / (verify cost + draft cost) over the
+//                    steps that verify; over all decode steps, a share f of
+//                    them verifying (an n-gram drafter finds no match in
+//                    the others): (f·tokens per pass + 1 − f) /
+//                    (f·(verify + draft) + 1 − f).
 // Greedy speculation must not change a single token: any arm whose output
 // differs from plain decoding's is an error, not a result.
 #include <fmt/format.h>
@@ -184,6 +188,7 @@ nlohmann::json report_arm(const Arm& arm, const Arm& plain) {
     }
     const double tokens_per_pass = s.tokens_per_pass();
     const int64_t steps = arm.verify_steps + arm.plain_steps;
+    const double verifying = steps > 0 ? double(arm.verify_steps) / double(steps) : 0.0;
     return {
         {"drafter", arm.drafter.empty() ? "none" : arm.drafter},
         {"k", arm.k},
@@ -193,7 +198,7 @@ nlohmann::json report_arm(const Arm& arm, const Arm& plain) {
         {"drafted_tokens", s.drafted_tokens},
         {"accepted_tokens", s.accepted_tokens},
         {"verify_passes", s.verify_passes},
-        {"share_of_steps_verifying", steps > 0 ? double(arm.verify_steps) / double(steps) : 0.0},
+        {"share_of_steps_verifying", verifying},
         {"verify_cost", verify_cost},
         {"draft_cost", draft_cost},
         {"plain_step_ms", plain_step_ms},
@@ -202,6 +207,12 @@ nlohmann::json report_arm(const Arm& arm, const Arm& plain) {
         {"predicted_speedup", arm.k == 0 || verify_cost + draft_cost == 0
                                   ? 1.0
                                   : tokens_per_pass / (verify_cost + draft_cost)},
+        // Over every decode step: a share of them verify, the rest decode
+        // one token at cost 1 (no n-gram match, or the budget left no slot).
+        {"predicted_speedup_all_steps",
+         arm.k == 0 ? 1.0
+                    : (verifying * tokens_per_pass + (1.0 - verifying)) /
+                          (verifying * (verify_cost + draft_cost) + (1.0 - verifying))},
     };
 }
 
@@ -315,12 +326,13 @@ void run(const Options& opts) {
                     r["acceptance_rate"].get<double>(), r["tokens_per_pass"].get<double>(),
                     r["expected_tokens_per_pass"].get<double>(), r["verify_cost"].get<double>(),
                     r["draft_cost"].get<double>(), r["decode_tokens_per_s"].get<double>(),
-                    r["speedup"].get<double>(), r["predicted_speedup"].get<double>());
+                    r["speedup"].get<double>(), r["predicted_speedup_all_steps"].get<double>());
     }
     std::printf(
         "verify / draft: a verification pass's and the drafter's time per pass, in plain decode "
-        "steps;\nformula: (1 - alpha^(K+1)) / (1 - alpha); predicted: tok/pass / (verify + "
-        "draft). (--json for every figure)\n");
+        "steps;\nformula: (1 - alpha^(K+1)) / (1 - alpha); predicted: (f tok/pass + 1 - f) / "
+        "(f (verify + draft) + 1 - f),\nf the share of decode steps that verified anything. "
+        "(--json for every figure)\n");
 }
 
 }  // namespace

@@ -21,6 +21,10 @@
 #   notebook_lab05_continuous_batching  static against continuous batching by concurrency and
 #                                   workload; throughput and TTFT against load, max_num_seqs and
 #                                   the token budget; a timeline of requests joining and leaving
+#   notebook_lab06_speculative_decoding  speedup against K per drafter (n-gram, early exit, draft
+#                                   model) and workload; tokens per pass against the i.i.d.
+#                                   formula; verify and draft costs; break-even acceptance rates;
+#                                   batch 1 against a batch
 
 set(servelab_notebooks_ready FALSE)
 if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
@@ -47,7 +51,7 @@ if(servelab_notebooks_ready)
     "SERVELAB_ROOT=${CMAKE_SOURCE_DIR}"
     "OMP_NUM_THREADS=1")
   foreach(notebook lab01_naive_decoding lab02_kv_cache lab03_kv_compression lab04_paged_attention
-                  lab05_continuous_batching)
+                  lab05_continuous_batching lab06_speculative_decoding)
     add_test(NAME notebook_${notebook}
       COMMAND ${SERVELAB_PYTHON} -m jupyter nbconvert --to notebook --execute
               --ExecutePreprocessor.timeout=240
