@@ -29,6 +29,9 @@
 // draw. The rejected drafts' slots are rolled back in the target's pool and
 // in the drafter's own cache; the kept drafts and the target's next token
 // are emitted together. Requests with and without speculation share steps.
+// Greedy output never changes. A sampled request stays distributed exactly
+// as without speculation, but its exact tokens for a seed can depend on how
+// many draft slots the budget left it, i.e. on what shares its steps.
 //
 // Static batching (SchedulerConfig::static_batching, the baseline): a
 // finished request's result is reported at once, but its row stays in the
