@@ -27,6 +27,7 @@
 #include "reference/cli/machine_info.h"
 #include "reference/common/error.h"
 #include "reference/engine/generator.h"
+#include "reference/experiments/serving_metrics.h"
 
 namespace servelab::cli {
 namespace {
@@ -34,12 +35,6 @@ namespace {
 constexpr const char* kBenchText =
     "The history of computing is a story of layers: each generation of engineers builds on "
     "the abstractions of the last, and the best systems let a reader see every layer at once. ";
-
-double median(std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    const size_t n = values.size();
-    return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 // A realistic prompt: English text, tokenized, repeated to the length asked for.
 std::vector<TokenId> bench_prompt(const Tokenizer& tokenizer, int64_t num_tokens) {
@@ -141,7 +136,7 @@ void add_bench_command(CLI::App& app) {
         nlohmann::json latency = nlohmann::json::array();
         for (size_t i = 0; i < latency_by_step.size(); ++i) {
             latency.push_back({{"position", opts->prompt_tokens + int64_t(i)},
-                               {"latency_ms", median(latency_by_step[i])}});
+                               {"latency_ms", percentile(latency_by_step[i], 50)}});
         }
         const double decode_steps = double(opts->num_completions) * (opts->gen_tokens - 1);
         const nlohmann::json report = {
@@ -159,10 +154,11 @@ void add_bench_command(CLI::App& app) {
             {"prompt_tokens", opts->prompt_tokens},
             {"gen_tokens", opts->gen_tokens},
             {"repeats", opts->repeats},
-            {"prefill_ms", median(prefill_ms)},
-            {"prefill_tokens_per_s", 1000.0 * double(opts->prompt_tokens) / median(prefill_ms)},
+            {"prefill_ms", percentile(prefill_ms, 50)},
+            {"prefill_tokens_per_s",
+             1000.0 * double(opts->prompt_tokens) / percentile(prefill_ms, 50)},
             {"decode_tokens_per_s",
-             decode_steps > 0 ? 1000.0 * decode_steps / median(decode_ms) : 0.0},
+             decode_steps > 0 ? 1000.0 * decode_steps / percentile(decode_ms, 50) : 0.0},
             {"latency_by_position", latency},
         };
         if (opts->json) {
@@ -172,7 +168,7 @@ void add_bench_command(CLI::App& app) {
         std::printf("%s, %s, %d threads\n", model.config.name.c_str(),
                     report["mode"].get<std::string>().c_str(), omp_get_max_threads());
         std::printf("prefill: %lld tokens in %.1f ms = %.1f tokens/s\n",
-                    (long long)opts->prompt_tokens, median(prefill_ms),
+                    (long long)opts->prompt_tokens, percentile(prefill_ms, 50),
                     report["prefill_tokens_per_s"].get<double>());
         std::printf("decode:  %d tokens, %.2f tokens/s (median of %d)\n", opts->gen_tokens,
                     report["decode_tokens_per_s"].get<double>(), opts->repeats);
@@ -180,7 +176,7 @@ void add_bench_command(CLI::App& app) {
         const size_t stride = std::max<size_t>(1, latency_by_step.size() / 8);
         for (size_t i = 0; i < latency_by_step.size(); i += stride) {
             std::printf(" %lld:%.1f", (long long)(opts->prompt_tokens + int64_t(i)),
-                        median(latency_by_step[i]));
+                        percentile(latency_by_step[i], 50));
         }
         std::printf("\n(--json prints every figure as one JSON object)\n");
     });

@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 
 #include "reference/cli/cli_options.h"
@@ -35,6 +36,7 @@
 #include "reference/cli/machine_info.h"
 #include "reference/common/error.h"
 #include "reference/engine/engine.h"
+#include "reference/experiments/serving_metrics.h"
 #include "reference/model/chat_format.h"
 #include "reference/speculative/model_drafter.h"
 
@@ -72,12 +74,6 @@ struct Arm {
     int64_t plain_steps = 0;
     std::vector<std::vector<TokenId>> outputs;  // of the last round
 };
-
-double median(std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    const size_t n = values.size();
-    return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 std::vector<std::vector<TokenId>> load_prompts(const Options& opts, const Model& model,
                                                const std::string& workload) {
@@ -202,8 +198,8 @@ nlohmann::json report_arm(const Arm& arm, const Arm& plain) {
         {"verify_cost", verify_cost},
         {"draft_cost", draft_cost},
         {"plain_step_ms", plain_step_ms},
-        {"decode_tokens_per_s", median(rates)},
-        {"speedup", arm.k == 0 ? 1.0 : median(ratios)},
+        {"decode_tokens_per_s", percentile(rates, 50)},
+        {"speedup", arm.k == 0 ? 1.0 : percentile(ratios, 50)},
         {"predicted_speedup", arm.k == 0 || verify_cost + draft_cost == 0
                                   ? 1.0
                                   : tokens_per_pass / (verify_cost + draft_cost)},

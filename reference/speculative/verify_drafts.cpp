@@ -6,7 +6,10 @@
 #include "reference/common/error.h"
 
 namespace servelab {
+namespace {
 
+// (K, vocab) rows, row i all 0 except 1 at drafts[i]: the q of a drafter
+// that proposes without drawing.
 std::vector<float> point_mass_rows(std::span<const TokenId> drafts, int64_t vocab_size) {
     std::vector<float> rows(drafts.size() * size_t(vocab_size), 0.0f);
     for (size_t i = 0; i < drafts.size(); ++i) {
@@ -17,6 +20,8 @@ std::vector<float> point_mass_rows(std::span<const TokenId> drafts, int64_t voca
     }
     return rows;
 }
+
+}  // namespace
 
 Verification verify_drafts(Sampler& sampler, std::span<const TokenId> history,
                            std::span<const TokenId> drafts, std::span<const float> draft_probs,

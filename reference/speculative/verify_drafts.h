@@ -29,8 +29,4 @@ Verification verify_drafts(Sampler& sampler, std::span<const TokenId> history,
                            std::span<const TokenId> drafts, std::span<const float> draft_probs,
                            std::span<const float> target_logits, int64_t vocab_size);
 
-// (K, vocab) rows, row i all 0 except 1 at drafts[i]: the q of a drafter
-// that proposes without drawing.
-std::vector<float> point_mass_rows(std::span<const TokenId> drafts, int64_t vocab_size);
-
 }  // namespace servelab
