@@ -189,8 +189,9 @@ void run_sixty_four_requests(SchedulingPolicy policy) {
     const Model model = Model::from_gguf(GgufFile::parse(bytes));
     ModelRunner runner(model.config, model.weights);
     const int64_t block_size = 4;
-    // 48 blocks = 192 slots for 64 requests of up to 56 tokens: preemption
-    // is certain. Prefix caching on, and prompts share prefixes.
+    // 48 blocks = 192 slots for 64 requests of up to 56 tokens (one of up
+    // to 90): preemption is certain. Prefix caching on, and prompts share
+    // prefixes.
     PagedKvCache pool(model.config, 48, block_size);
     KvBlockManager kv(pool, true);
     Scheduler scheduler(kv, {.max_num_batched_tokens = 48, .max_num_seqs = 24, .policy = policy},
@@ -205,7 +206,9 @@ void run_sixty_four_requests(SchedulingPolicy policy) {
     std::vector<LiveRequest> live;
     for (int64_t id = 0; id < 64; ++id) {
         std::vector<TokenId> prompt = prefixes[size_t(random.integer(0, 2))];
-        for (int64_t n = random.integer(1, 16); n > 0; --n) {
+        // The last request's prompt never fits one 48-token step, so some
+        // prompt is always chunked, whatever the arrivals.
+        for (int64_t n = id == 63 ? 50 : random.integer(1, 16); n > 0; --n) {
             prompt.push_back(TokenId(random.integer(0, model.config.vocab_size - 1)));
         }
         SamplingParams params;
