@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 
 #include "reference/common/error.h"
@@ -292,6 +293,9 @@ TEST_F(SpeculativeEngine, SampledTokensFollowTheTargetsDistribution) {
             const auto [statistic, df] =
                 two_sample_chi_square(plain[position], speculative[position]);
             ASSERT_GE(df, 1);
+            std::printf("%s, token %zu: chi-square %.1f at %lld degrees of freedom (limit %.1f)\n",
+                        name, position + 1, statistic, static_cast<long long>(df),
+                        chi_square_limit(df, 5.2));
             EXPECT_LT(statistic, chi_square_limit(df, 5.2))
                 << "token " << position + 1 << ": chi-square " << statistic << " at " << df
                 << " degrees of freedom";
