@@ -13,6 +13,7 @@ DEB_PACKAGES=(
   python3 python3-venv
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin
 )
 
 # True when `pkg` must be installed. python3 and python3-venv count as

@@ -15,8 +15,21 @@
 namespace servelab::cli {
 
 CliGenerator::CliGenerator(const CacheOptions& options, const Model& model, ModelRunner& runner,
-                           const SchedulerConfig& scheduler, const SpeculationOptions& speculation)
-    : options_(options), model_(model), runner_(runner), speculation_(speculation) {
+                           const SchedulerConfig& scheduler, const SpeculationOptions& speculation,
+                           bool announce)
+    : options_(options),
+      model_(model),
+      announce_(announce),
+      runner_(runner),
+      speculation_(speculation) {
+    if (runner.shard().num_ranks > 1 && options.on_gpu()) {
+        throw servelab::Error("--tp: a split model runs on the CPU engine (drop --device cuda)");
+    }
+    if (runner.shard().num_ranks > 1 && speculation.enabled() && speculation.drafter != "ngram") {
+        throw servelab::Error(
+            "--tp: with a split model, speculation drafts with --drafter ngram only (a model "
+            "drafter would need its own split)");
+    }
     if (speculation.enabled() && options.on_gpu()) {
         throw servelab::Error(
             "--speculate: speculative decoding runs on the CPU engine only for now (drop "
@@ -28,7 +41,7 @@ CliGenerator::CliGenerator(const CacheOptions& options, const Model& model, Mode
     }
     if (options.on_gpu()) {
         start_on_gpu(scheduler);
-        spdlog::info("KV cache: {}", describe());
+        if (announce_) spdlog::info("KV cache: {}", describe());
         return;
     }
     if (!options.paged(model.config)) return;
@@ -38,14 +51,15 @@ CliGenerator::CliGenerator(const CacheOptions& options, const Model& model, Mode
     pool_ = std::make_unique<PagedKvCache>(model.config, num_blocks, options.block_size);
     manager_ = std::make_unique<KvBlockManager>(*pool_, !options.no_prefix_caching);
     engine_ = std::make_unique<Engine>(model, runner, *manager_, scheduler);
-    spdlog::info("KV cache: {}", describe());
+    if (announce_) spdlog::info("KV cache: {}", describe());
     if (speculation.enabled()) start_drafter();
 }
 
 void CliGenerator::start_drafter() {
     const SpeculationOptions& s = speculation_;
     if (s.drafter == "ngram") {
-        spdlog::info("speculative decoding: K = {}, n-gram prompt lookup", s.num_tokens);
+        if (announce_)
+            spdlog::info("speculative decoding: K = {}, n-gram prompt lookup", s.num_tokens);
         return;  // the engine's own
     }
     std::unique_ptr<ModelDrafter> drafter;
@@ -53,8 +67,9 @@ void CliGenerator::start_drafter() {
         const int64_t layers = s.exit_layer(model_.config.num_layers);
         drafter =
             ModelDrafter::early_exit(model_, layers, pool_->num_blocks(), pool_->block_size());
-        spdlog::info("speculative decoding: K = {}, early exit after {} of {} layers", s.num_tokens,
-                     layers, model_.config.num_layers);
+        if (announce_)
+            spdlog::info("speculative decoding: K = {}, early exit after {} of {} layers",
+                         s.num_tokens, layers, model_.config.num_layers);
     } else {
         if (s.draft_model_path.empty()) {
             throw servelab::Error("--drafter draft-model needs --draft-model PATH");
@@ -62,8 +77,9 @@ void CliGenerator::start_drafter() {
         draft_model_ = std::make_unique<Model>(Model::load(s.draft_model_path));
         drafter = ModelDrafter::draft_model(*draft_model_, model_, pool_->num_blocks(),
                                             pool_->block_size());
-        spdlog::info("speculative decoding: K = {}, draft model {} ({} layers)", s.num_tokens,
-                     draft_model_->config.name, draft_model_->config.num_layers);
+        if (announce_)
+            spdlog::info("speculative decoding: K = {}, draft model {} ({} layers)", s.num_tokens,
+                         draft_model_->config.name, draft_model_->config.num_layers);
     }
     engine_->add_drafter(s.drafter, *drafter);
     drafter_ = std::move(drafter);
@@ -88,7 +104,8 @@ void CliGenerator::start_on_gpu(const SchedulerConfig& scheduler) {
     gpu.max_tokens_per_step = std::max<int64_t>(scheduler.max_num_batched_tokens, 256);
     auto cuda_runner = std::make_unique<CudaModelRunner>(config, model_.weights, gpu);
     gpu_pool_bytes_ = cuda_runner->kv_pool_bytes();
-    spdlog::info("GPU: {} of bf16 weights uploaded", format_bytes(cuda_runner->weight_bytes()));
+    if (announce_)
+        spdlog::info("GPU: {} of bf16 weights uploaded", format_bytes(cuda_runner->weight_bytes()));
     gpu_runner_ = std::move(cuda_runner);
     if (one_request) return;
     pool_ = std::make_unique<PagedKvCache>(config, gpu.num_kv_blocks, gpu.block_size,

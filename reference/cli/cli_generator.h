@@ -38,8 +38,10 @@ class CliGenerator {
     // draft model, or the early-exit view of `model` — with a draft pool of
     // as many blocks as the target's, and every request speculates. Throws
     // servelab::Error where speculation cannot run (no paged engine, GPU).
+    // announce = false keeps it silent (the ranks of a split model other than 0).
     CliGenerator(const CacheOptions& options, const Model& model, ModelRunner& runner,
-                 const SchedulerConfig& scheduler = {}, const SpeculationOptions& speculation = {});
+                 const SchedulerConfig& scheduler = {}, const SpeculationOptions& speculation = {},
+                 bool announce = true);
 
     // `on_token` streams completion 0.
     std::vector<GenerationResult> generate(std::span<const TokenId> prompt,
@@ -61,6 +63,7 @@ class CliGenerator {
 
     const CacheOptions& options_;
     const Model& model_;
+    bool announce_ = true;
     ModelRunner& runner_;
     std::unique_ptr<StepRunner> gpu_runner_;
     int64_t gpu_pool_bytes_ = 0;

@@ -5,6 +5,9 @@
 // the text, the token ids and the timings. -n N asks for N completions of the
 // prompt (parallel sampling: completion i uses seed + i; on the paged cache
 // they share the prompt's KV blocks, Lab 4); they are printed one after another.
+// --tp N splits the model over N ranks (Lab 7, tensor_parallel_ranks.h):
+// every rank generates, rank 0 prints, and --json adds what the ranks'
+// collectives moved next to what the cost model predicts.
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
@@ -15,6 +18,7 @@
 #include "reference/cli/cli_generator.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
+#include "reference/cli/tensor_parallel_ranks.h"
 #include "reference/common/error.h"
 #include "reference/engine/generator.h"
 #include "reference/model/chat_format.h"
@@ -46,26 +50,120 @@ nlohmann::json result_to_json(const GenerationResult& result) {
     };
 }
 
+// What the ranks' collectives moved during the generation, and what the
+// cost model says they should have (tensor_parallel.h): the check that
+// the counters count what the formula assumes.
+nlohmann::json tensor_parallel_report(const RankContext& rank, const CommStats& before,
+                                      const ModelConfig& config, int64_t tokens_computed,
+                                      int64_t logit_rows) {
+    const CommStats& after = rank.comm.stats();
+    return {
+        {"size", rank.shard.num_ranks},
+        {"backend", rank.comm.backend()},
+        {"tokens_computed", tokens_computed},
+        {"logit_rows", logit_rows},
+        {"all_reduce_calls", after.all_reduce_calls - before.all_reduce_calls},
+        {"all_reduce_bytes", after.all_reduce_bytes - before.all_reduce_bytes},
+        {"all_reduce_bytes_formula",
+         rank.shard.num_ranks > 1 ? all_reduce_bytes_per_step(config, tokens_computed) : 0},
+        {"all_gather_bytes", after.all_gather_bytes - before.all_gather_bytes},
+        {"all_gather_bytes_formula",
+         rank.shard.num_ranks > 1 ? head_gather_bytes_per_step(config, logit_rows) : 0},
+        {"all_reduce_ms", 1e-6 * double(after.all_reduce_ns - before.all_reduce_ns)},
+        {"all_gather_ms", 1e-6 * double(after.all_gather_ns - before.all_gather_ns)},
+    };
+}
+
+struct GenerateOptions {
+    ModelOptions model;
+    SamplingOptions sampling;
+    CacheOptions cache;
+    SpeculationOptions speculation;
+    TensorParallelOptions tp;
+    std::string prompt;
+    std::string tokens;
+    int num_completions = 1;
+    bool chat = false;
+    bool json = false;
+};
+
+std::vector<TokenId> prompt_ids_of(const GenerateOptions& opts, const Model& model) {
+    if (!opts.tokens.empty()) return parse_token_list(opts.tokens);
+    std::string text = opts.prompt;
+    if (opts.chat) {
+        const std::vector<ChatMessage> messages = {
+            {"system", std::string(kSmolLmDefaultSystemPrompt)}, {"user", opts.prompt}};
+        text = format_chatml(messages, /*add_generation_prompt=*/true);
+    }
+    // Special tokens are parsed only in text servelab formatted itself.
+    std::vector<TokenId> ids = model.tokenizer.encode(text, /*parse_special=*/opts.chat);
+    if (model.tokenizer.add_bos() && model.tokenizer.bos_id() >= 0) {
+        ids.insert(ids.begin(), model.tokenizer.bos_id());
+    }
+    return ids;
+}
+
+// The whole command on one rank (every rank generates; rank 0 reports).
+void generate_on_rank(const GenerateOptions& opts, const SamplingParams& params,
+                      RankContext& rank) {
+    const Model& model = rank.model;
+    const std::vector<TokenId> prompt_ids = prompt_ids_of(opts, model);
+    CliGenerator generator(opts.cache, model, rank.runner, {}, opts.speculation,
+                           rank.talks_to_user());
+    const bool stream_text = !opts.json && opts.num_completions == 1 && rank.talks_to_user();
+    TokenCallback stream;
+    if (stream_text) {
+        stream = [](TokenId, const std::string& piece) {
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            std::fflush(stdout);
+        };
+    }
+    const CommStats before = rank.comm.stats();
+    const int64_t tokens_before = rank.runner.num_tokens_computed();
+    const int64_t rows_before = rank.runner.num_logit_rows_computed();
+    const std::vector<GenerationResult> results =
+        generator.generate(prompt_ids, params, opts.num_completions, stream);
+    if (!rank.talks_to_user()) return;
+    if (opts.json) {
+        nlohmann::json report = result_to_json(results[0]);
+        if (results.size() > 1) {
+            report["choices"] = nlohmann::json::array();
+            for (const GenerationResult& result : results) {
+                report["choices"].push_back(result_to_json(result));
+            }
+        }
+        report["tensor_parallel"] = tensor_parallel_report(
+            rank, before, model.config, rank.runner.num_tokens_computed() - tokens_before,
+            rank.runner.num_logit_rows_computed() - rows_before);
+        std::printf("%s\n", report.dump(2).c_str());
+        return;
+    }
+    if (!stream_text) {
+        for (size_t i = 0; i < results.size(); ++i) {
+            std::printf("--- completion %zu ---\n%s\n", i, results[i].text.c_str());
+        }
+    } else {
+        std::printf("\n");
+    }
+    const GenerationResult& first = results[0];
+    spdlog::info(
+        "{} prompt tokens ({} from the prefix cache) + {} generated, first token {:.0f} "
+        "ms, {:.2f} tok/s, finish: {}",
+        first.prompt_tokens.size(), first.cached_prompt_tokens, first.tokens.size(),
+        first.timings.first_step_ms, 1000.0 * double(first.tokens.size()) / first.timings.total_ms,
+        finish_reason_name(first.finish_reason));
+}
+
 }  // namespace
 
 void add_generate_command(CLI::App& app) {
-    struct Options {
-        ModelOptions model;
-        SamplingOptions sampling;
-        CacheOptions cache;
-        SpeculationOptions speculation;
-        std::string prompt;
-        std::string tokens;
-        int num_completions = 1;
-        bool chat = false;
-        bool json = false;
-    };
-    auto opts = std::make_shared<Options>();
+    auto opts = std::make_shared<GenerateOptions>();
     CLI::App* cmd = app.add_subcommand("generate", "generate text from a prompt");
     opts->model.add_to(*cmd);
     opts->sampling.add_to(*cmd);
     opts->cache.add_to(*cmd);
     opts->speculation.add_to(*cmd);
+    opts->tp.add_to(*cmd);
     auto* prompt = cmd->add_option("-p,--prompt", opts->prompt, "prompt text");
     auto* tokens = cmd->add_option("--tokens", opts->tokens, "prompt as comma-separated token ids");
     prompt->excludes(tokens);
@@ -80,63 +178,9 @@ void add_generate_command(CLI::App& app) {
             throw Error("generate: give --prompt or --tokens");
         }
         const SamplingParams params = opts->sampling.resolve();
-        Model model = opts->model.load();
-
-        std::vector<TokenId> prompt_ids;
-        if (!opts->tokens.empty()) {
-            prompt_ids = parse_token_list(opts->tokens);
-        } else {
-            std::string text = opts->prompt;
-            if (opts->chat) {
-                const std::vector<ChatMessage> messages = {
-                    {"system", std::string(kSmolLmDefaultSystemPrompt)}, {"user", opts->prompt}};
-                text = format_chatml(messages, /*add_generation_prompt=*/true);
-            }
-            // Special tokens are parsed only in text servelab formatted itself.
-            prompt_ids = model.tokenizer.encode(text, /*parse_special=*/opts->chat);
-            if (model.tokenizer.add_bos() && model.tokenizer.bos_id() >= 0) {
-                prompt_ids.insert(prompt_ids.begin(), model.tokenizer.bos_id());
-            }
-        }
-
-        ModelRunner runner(model.config, model.weights, opts->cache.mla_mode());
-        CliGenerator generator(opts->cache, model, runner, {}, opts->speculation);
-        const bool stream_text = !opts->json && opts->num_completions == 1;
-        TokenCallback stream;
-        if (stream_text) {
-            stream = [](TokenId, const std::string& piece) {
-                std::fwrite(piece.data(), 1, piece.size(), stdout);
-                std::fflush(stdout);
-            };
-        }
-        const std::vector<GenerationResult> results =
-            generator.generate(prompt_ids, params, opts->num_completions, stream);
-        if (opts->json) {
-            nlohmann::json report = result_to_json(results[0]);
-            if (results.size() > 1) {
-                report["choices"] = nlohmann::json::array();
-                for (const GenerationResult& result : results) {
-                    report["choices"].push_back(result_to_json(result));
-                }
-            }
-            std::printf("%s\n", report.dump(2).c_str());
-            return;
-        }
-        if (!stream_text) {
-            for (size_t i = 0; i < results.size(); ++i) {
-                std::printf("--- completion %zu ---\n%s\n", i, results[i].text.c_str());
-            }
-        } else {
-            std::printf("\n");
-        }
-        const GenerationResult& first = results[0];
-        spdlog::info(
-            "{} prompt tokens ({} from the prefix cache) + {} generated, first token {:.0f} "
-            "ms, {:.2f} tok/s, finish: {}",
-            first.prompt_tokens.size(), first.cached_prompt_tokens, first.tokens.size(),
-            first.timings.first_step_ms,
-            1000.0 * double(first.tokens.size()) / first.timings.total_ms,
-            finish_reason_name(first.finish_reason));
+        run_on_ranks(
+            opts->tp, opts->model, opts->cache.mla_mode(),
+            [&opts, &params](RankContext& rank) { generate_on_rank(*opts, params, rank); });
     });
 }
 

@@ -13,6 +13,7 @@
 
 #include "reference/cli/commands.h"
 #include "reference/common/error.h"
+#include "reference/parallel/mpi_communicator.h"
 
 int main(int argc, char** argv) {
     auto logger = spdlog::stderr_color_mt("servelab");
@@ -51,9 +52,13 @@ int main(int argc, char** argv) {
         return 2;
     } catch (const servelab::Error& e) {
         std::fprintf(stderr, "servelab: error: %s\n", e.what());
+        // Under mpirun, the other ranks may be waiting in a collective for
+        // this one: end them all (a no-op without MPI).
+        servelab::mpi_abort_if_running(1);
         return 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "servelab: internal error: %s\n", e.what());
+        servelab::mpi_abort_if_running(3);
         return 3;
     }
     return 0;

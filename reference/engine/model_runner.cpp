@@ -17,12 +17,30 @@
 #include "reference/attention/cached_attention.h"
 #include "reference/attention/mla_attention.h"
 #include "reference/common/error.h"
+#include "reference/parallel/parallel_linear.h"
 #include "reference/speculative/verify_drafts.h"
 
 namespace servelab {
 
 ModelRunner::ModelRunner(const ModelConfig& config, const ModelWeights& weights, MlaMode mla_mode)
-    : config_(config), weights_(weights), mla_mode_(mla_mode) {}
+    : config_(config), weights_(weights), mla_mode_(mla_mode), shard_(plan_shard(config, 1, 0)) {}
+
+ModelRunner::ModelRunner(const ModelConfig& config, const ModelWeights& weights,
+                         const TensorParallelShard& shard, Communicator& comm)
+    : config_(config),
+      weights_(weights),
+      mla_mode_(MlaMode::kAbsorbed),
+      shard_(shard),
+      comm_(&comm) {
+    if (comm.size() != shard.num_ranks || comm.rank() != shard.rank) {
+        throw Error(
+            fmt::format("tensor parallel: the shard is rank {} of {}, the communicator {} of {}",
+                        shard.rank, shard.num_ranks, comm.rank(), comm.size()));
+    }
+    if (config.is_mla() && shard.num_ranks > 1) {
+        throw Error("tensor parallel: MLA models cannot be split");
+    }
+}
 
 void ModelRunner::check_step(const StepInput& step) const {
     if (step.tokens.empty()) throw Error("forward: a step needs at least one token");
@@ -150,7 +168,18 @@ StepResult ModelRunner::run_step(const StepBatch& batch, PagedKvCache& cache) {
                           std::span(logits).subspan(first_row * vocab_size, rows * vocab_size),
                           config_.vocab_size));
     }
+    share_rank0_tokens(result);
     return result;
+}
+
+// Every rank computed the same logits and drew with the same seeds, so the
+// tokens already agree; taking rank 0's anyway makes that a guarantee, not
+// an assumption about floating point, for the scheduler decisions that
+// depend on them on every rank.
+void ModelRunner::share_rank0_tokens(StepResult& result) {
+    if (comm().size() == 1) return;
+    broadcast_vector(comm(), result.sampled, 0);
+    broadcast_vector(comm(), result.verified, 0);
 }
 
 std::vector<float> ModelRunner::run_layers(std::span<const SequenceChunk> chunks, KvTarget kv) {
@@ -161,15 +190,16 @@ std::vector<float> ModelRunner::run_layers(std::span<const SequenceChunk> chunks
     num_tokens_computed_ += num_tokens;
 
     // The step's rows: every chunk's tokens, one chunk after another.
+    step_tokens_.clear();
     int64_t row = 0;
     for (const SequenceChunk& chunk : chunks) {
         for (size_t t = 0; t < chunk.step.tokens.size(); ++t, ++row) {
             positions_[size_t(row)] = chunk.step.start_position + int64_t(t);
-            const float* embedding =
-                weights_.token_embedding.data() + int64_t(chunk.step.tokens[t]) * dim;
-            std::memcpy(x_.data() + row * dim, embedding, size_t(dim) * sizeof(float));
+            step_tokens_.push_back(chunk.step.tokens[t]);
         }
     }
+    vocab_parallel_embedding(step_tokens_, weights_.token_embedding.data(), shard_, dim, x_.data(),
+                             comm());
 
     // MLA attends through its latent cache even in naive decoding: without a
     // cache the step gets a scratch one holding just this step's tokens,
@@ -207,9 +237,10 @@ std::vector<float> ModelRunner::logits_of(std::span<const SequenceChunk> chunks)
         }
         chunk_first_row += n;
     }
+    num_logit_rows_computed_ += num_rows;
     std::vector<float> logits(size_t(num_rows * config_.vocab_size));
-    matmul(normed_.data(), weights_.output_matrix(), logits.data(), num_rows, dim,
-           config_.vocab_size);
+    vocab_parallel_logits(normed_.data(), weights_.output_matrix(), num_rows, dim, shard_,
+                          config_.vocab_size, logits.data(), comm());
     return logits;
 }
 
@@ -220,9 +251,13 @@ void ModelRunner::attention_block(int64_t layer_index, std::span<const SequenceC
     const int64_t dim = config_.dim;
     rmsnorm_rows(x_.data(), layer.attn_norm.data(), normed_.data(), num_tokens, dim,
                  config_.rms_norm_eps);
-    matmul(normed_.data(), layer.wq.data(), q_.data(), num_tokens, dim, config_.q_dim());
-    matmul(normed_.data(), layer.wk.data(), k_.data(), num_tokens, dim, config_.kv_dim());
-    matmul(normed_.data(), layer.wv.data(), v_.data(), num_tokens, dim, config_.kv_dim());
+    // Column-parallel: this rank's heads (all of them when not split).
+    column_parallel_linear(normed_.data(), layer.wq.data(), q_.data(), num_tokens, dim,
+                           config_.q_dim());
+    column_parallel_linear(normed_.data(), layer.wk.data(), k_.data(), num_tokens, dim,
+                           config_.kv_dim());
+    column_parallel_linear(normed_.data(), layer.wv.data(), v_.data(), num_tokens, dim,
+                           config_.kv_dim());
 
     const RopeParams rope{config_.head_dim, config_.rope_dim, config_.rope_freq_base};
     rope_apply_rows(q_.data(), positions_.data(), num_tokens, config_.num_heads, rope);
@@ -236,7 +271,9 @@ void ModelRunner::attention_block(int64_t layer_index, std::span<const SequenceC
         row += int64_t(chunk.step.tokens.size());
     }
 
-    matmul(attn_out_.data(), layer.wo.data(), delta_.data(), num_tokens, config_.q_dim(), dim);
+    // Row-parallel: this rank's heads' share of the output, summed over ranks.
+    row_parallel_linear(attn_out_.data(), layer.wo.data(), delta_.data(), num_tokens,
+                        config_.attn_out_dim(), dim, comm());
     add_inplace(x_.data(), delta_.data(), num_tokens * dim);
 }
 
@@ -327,10 +364,14 @@ void ModelRunner::mlp_block(const LayerWeights& layer, int64_t num_tokens) {
     const int64_t ffn_dim = config_.ffn_dim;
     rmsnorm_rows(x_.data(), layer.ffn_norm.data(), normed_.data(), num_tokens, dim,
                  config_.rms_norm_eps);
-    matmul(normed_.data(), layer.w_gate.data(), gate_.data(), num_tokens, dim, ffn_dim);
-    matmul(normed_.data(), layer.w_up.data(), up_.data(), num_tokens, dim, ffn_dim);
+    // gate and up column-parallel over this rank's ffn features; SwiGLU is
+    // element-wise, so it needs no other rank's; down row-parallel.
+    column_parallel_linear(normed_.data(), layer.w_gate.data(), gate_.data(), num_tokens, dim,
+                           ffn_dim);
+    column_parallel_linear(normed_.data(), layer.w_up.data(), up_.data(), num_tokens, dim, ffn_dim);
     swiglu(gate_.data(), up_.data(), gate_.data(), num_tokens * ffn_dim);
-    matmul(gate_.data(), layer.w_down.data(), delta_.data(), num_tokens, ffn_dim, dim);
+    row_parallel_linear(gate_.data(), layer.w_down.data(), delta_.data(), num_tokens, ffn_dim, dim,
+                        comm());
     add_inplace(x_.data(), delta_.data(), num_tokens * dim);
 }
 

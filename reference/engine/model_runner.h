@@ -21,6 +21,13 @@
 // in the blocks of a pool that the sequence's block table names, and
 // attention gathers them through the table (kernels/cpu/paged_attention.h).
 //
+// Split over N ranks (Lab 7, tensor parallelism) each rank's runner holds
+// its shard (reference/parallel/shard_loader.h) and runs the same walk: the
+// projections are column- and row-parallel layers, with an all-reduce after
+// wo and after w_down, the embedding and the head are vocab-parallel
+// (reference/parallel/parallel_linear.h). A whole model is the case N = 1,
+// with a communicator whose collectives do nothing.
+//
 // MLA models (deepseek2, Lab 3) replace the q/k/v projections with
 // mla_attention_block: queries as before, but the layer caches only the
 // latent c_kv and the shared RoPE key k_pe (reference/attention/mla_attention.h).
@@ -38,6 +45,8 @@
 #include "reference/model/model_config.h"
 #include "reference/model/model_weights.h"
 #include "reference/model/tokenizer.h"
+#include "reference/parallel/communicator.h"
+#include "reference/parallel/tensor_parallel.h"
 
 namespace servelab {
 
@@ -49,6 +58,13 @@ class ModelRunner : public StepRunner {
     // The runner keeps references: config and weights must outlive it.
     ModelRunner(const ModelConfig& config, const ModelWeights& weights,
                 MlaMode mla_mode = MlaMode::kAbsorbed);
+    // One rank of a split model (Lab 7): `config` is the shard's
+    // local_config, `weights` its shard, `comm` the group's communicator
+    // (which must outlive the runner). Logits come back whole on every rank;
+    // the tokens run_step returns are rank 0's, broadcast, so every rank's
+    // engine makes the same decisions.
+    ModelRunner(const ModelConfig& config, const ModelWeights& weights,
+                const TensorParallelShard& shard, Communicator& comm);
 
     // Returns logits, (rows, vocab_size) row-major with rows = 1 for
     // kLastToken and tokens.size() for kAllTokens. With a cache, the step must
@@ -72,10 +88,16 @@ class ModelRunner : public StepRunner {
     // Tokens pushed through the layers so far, over all steps: the prefill
     // work a prefix-cache hit saves shows up here (Lab 4).
     int64_t num_tokens_computed() const override { return num_tokens_computed_; }
+    // Rows that went through the output head so far (the head's all-gather).
+    int64_t num_logit_rows_computed() const { return num_logit_rows_computed_; }
 
     // The engine's step on the CPU (step_runner.h): forward_batch, then each
     // sample drawn by its request's Sampler from a copy of its row.
     StepResult run_step(const StepBatch& batch, PagedKvCache& cache) override;
+
+    const TensorParallelShard& shard() const { return shard_; }
+    // What this rank's collectives moved so far (the cost model's counters).
+    const CommStats& comm_stats() const { return comm_ ? comm_->stats() : solo_.stats(); }
 
   private:
     // Where a step's keys and values go: nowhere (Lab 1), a contiguous cache
@@ -95,25 +117,33 @@ class ModelRunner : public StepRunner {
     std::vector<float> logits_of(std::span<const SequenceChunk> chunks);
     void mla_attention_block(int64_t layer_index, const StepInput& step, KvCache& cache);
     void mlp_block(const LayerWeights& layer, int64_t num_tokens);
+    void share_rank0_tokens(StepResult& result);
 
     const ModelConfig& config_;
     const ModelWeights& weights_;
     MlaMode mla_mode_;
+    Communicator& comm() { return comm_ ? *comm_ : solo_; }
+
+    SoloCommunicator solo_;         // a whole model's (its collectives do nothing)
+    TensorParallelShard shard_;     // this rank's part (a whole model: rank 0 of 1)
+    Communicator* comm_ = nullptr;  // a split model's group; null: solo_
     int64_t num_tokens_computed_ = 0;
+    int64_t num_logit_rows_computed_ = 0;
 
     // Activations of the current step, sized for num_tokens (T) on demand
     // (llama2.c's RunState, one step at a time).
-    std::vector<float> x_;            // (T, dim) residual stream
-    std::vector<float> normed_;       // (T, dim) rmsnorm(x)
-    std::vector<float> q_;            // (T, num_heads, head_dim)
-    std::vector<float> k_;            // (T, num_kv_heads, head_dim)
-    std::vector<float> v_;            // (T, num_kv_heads, head_dim)
-    std::vector<float> attn_out_;     // (T, num_heads, head_dim)
-    std::vector<float> delta_;        // (T, dim) output of a sub-block, added to x
-    std::vector<float> gate_;         // (T, ffn_dim)
-    std::vector<float> up_;           // (T, ffn_dim)
-    std::vector<int64_t> positions_;  // (T)
-    std::vector<float> sample_row_;   // (vocab) run_step's copy of the row a sample reads
+    std::vector<float> x_;              // (T, dim) residual stream
+    std::vector<float> normed_;         // (T, dim) rmsnorm(x)
+    std::vector<float> q_;              // (T, num_heads, head_dim)
+    std::vector<float> k_;              // (T, num_kv_heads, head_dim)
+    std::vector<float> v_;              // (T, num_kv_heads, head_dim)
+    std::vector<float> attn_out_;       // (T, num_heads, head_dim)
+    std::vector<float> delta_;          // (T, dim) output of a sub-block, added to x
+    std::vector<float> gate_;           // (T, ffn_dim)
+    std::vector<float> up_;             // (T, ffn_dim)
+    std::vector<int64_t> positions_;    // (T)
+    std::vector<TokenId> step_tokens_;  // (T) every chunk's tokens, in row order
+    std::vector<float> sample_row_;     // (vocab) run_step's copy of the row a sample reads
     // MLA only.
     std::vector<float> q_a_;     // (T, q_lora_rank) the query bottleneck
     std::vector<float> q_nope_;  // (T, num_heads, qk_nope_dim)
