@@ -77,9 +77,13 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--repeats", opts->repeats)->check(CLI::Range(1, 1000))->capture_default_str();
     add_bench_throughput_command(*cmd);
     add_bench_speculative_command(*cmd);
+    add_bench_allreduce_command(*cmd);
     cmd->callback([opts, cmd] {
         // A subcommand did the work.
-        if (cmd->got_subcommand("throughput") || cmd->got_subcommand("speculative")) return;
+        if (cmd->got_subcommand("throughput") || cmd->got_subcommand("speculative") ||
+            cmd->got_subcommand("allreduce")) {
+            return;
+        }
         Model model = opts->model.load();
         if (opts->prompt_tokens + opts->gen_tokens > model.config.context_length) {
             throw Error(

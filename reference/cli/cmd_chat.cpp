@@ -7,6 +7,9 @@
 // then, in a terminal, keeps chatting). An empty line, "exit" or end of
 // input ends the chat. On the paged cache (Lab 4) the conversation so far is
 // found in the prefix cache at each turn, so only the new turn is computed.
+// With --tp N (Lab 7) every rank of the split model runs the conversation;
+// rank 0 reads each line and hands it to the others (a broadcast), and only
+// rank 0 prints.
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -17,6 +20,7 @@
 #include "reference/cli/cli_generator.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
+#include "reference/cli/tensor_parallel_ranks.h"
 #include "reference/engine/generator.h"
 #include "reference/model/chat_format.h"
 
@@ -28,22 +32,24 @@ struct ChatOptions {
     SamplingOptions sampling;
     CacheOptions cache;
     SpeculationOptions speculation;
+    TensorParallelOptions tp;
     std::string system = std::string(kSmolLmDefaultSystemPrompt);
     std::string message;
 };
 
 std::string reply(const Model& model, CliGenerator& generator, const SamplingParams& params,
-                  const std::vector<ChatMessage>& conversation) {
+                  const std::vector<ChatMessage>& conversation, bool print) {
     const std::string prompt = format_chatml(conversation, /*add_generation_prompt=*/true);
     const std::vector<TokenId> prompt_ids = model.tokenizer.encode(prompt, true);
-    const GenerationResult result =
-        generator
-            .generate(prompt_ids, params, 1,
-                      [](TokenId, const std::string& piece) {
-                          std::fwrite(piece.data(), 1, piece.size(), stdout);
-                          std::fflush(stdout);
-                      })
-            .at(0);
+    TokenCallback stream;
+    if (print) {
+        stream = [](TokenId, const std::string& piece) {
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            std::fflush(stdout);
+        };
+    }
+    const GenerationResult result = generator.generate(prompt_ids, params, 1, stream).at(0);
+    if (!print) return result.text;
     std::printf("\n");
     spdlog::debug(
         "{} prompt tokens ({} from the prefix cache), {} generated, {:.2f} tok/s, "
@@ -52,6 +58,42 @@ std::string reply(const Model& model, CliGenerator& generator, const SamplingPar
         1000.0 * double(result.tokens.size()) / result.timings.total_ms,
         finish_reason_name(result.finish_reason));
     return result.text;
+}
+
+// Rank 0 reads the next user line (or the first --message); every rank gets
+// it. Empty: the chat is over.
+std::string next_user_line(const ChatOptions& opts, RankContext& rank, bool first_turn) {
+    std::string line;
+    if (rank.talks_to_user()) {
+        line = first_turn ? opts.message : std::string();
+        if (!line.empty()) {
+            std::printf("> %s\n", line.c_str());
+        } else {
+            if (isatty(STDIN_FILENO) != 0) {
+                std::printf("> ");
+                std::fflush(stdout);
+            }
+            if (!std::getline(std::cin, line) || line == "exit") line.clear();
+        }
+    }
+    if (rank.shard.num_ranks == 1) return line;
+    std::vector<char> bytes(line.begin(), line.end());
+    broadcast_vector(rank.comm, bytes, 0);
+    return std::string(bytes.begin(), bytes.end());
+}
+
+void chat_on_rank(const ChatOptions& opts, const SamplingParams& params, RankContext& rank) {
+    CliGenerator generator(opts.cache, rank.model, rank.runner, {}, opts.speculation,
+                           rank.talks_to_user());
+    std::vector<ChatMessage> conversation;
+    if (!opts.system.empty()) conversation.push_back({"system", opts.system});
+    for (bool first_turn = true;; first_turn = false) {
+        const std::string user_text = next_user_line(opts, rank, first_turn);
+        if (user_text.empty()) break;
+        conversation.push_back({"user", user_text});
+        conversation.push_back({"assistant", reply(rank.model, generator, params, conversation,
+                                                   rank.talks_to_user())});
+    }
 }
 
 }  // namespace
@@ -66,32 +108,11 @@ void add_chat_command(CLI::App& app) {
     opts->speculation.add_to(*cmd);
     cmd->add_option("--system", opts->system, "system prompt")->capture_default_str();
     cmd->add_option("--message", opts->message, "first user message");
+    opts->tp.add_to(*cmd);
     cmd->callback([opts] {
         const SamplingParams params = opts->sampling.resolve();
-        Model model = opts->model.load();
-        ModelRunner runner(model.config, model.weights, opts->cache.mla_mode());
-        CliGenerator generator(opts->cache, model, runner, {}, opts->speculation);
-        const bool interactive = isatty(STDIN_FILENO) != 0;
-
-        std::vector<ChatMessage> conversation;
-        if (!opts->system.empty()) conversation.push_back({"system", opts->system});
-        std::string user_text = opts->message;
-        if (!user_text.empty()) std::printf("> %s\n", user_text.c_str());
-        while (true) {
-            if (user_text.empty()) {
-                if (interactive) {
-                    std::printf("> ");
-                    std::fflush(stdout);
-                }
-                if (!std::getline(std::cin, user_text) || user_text.empty() ||
-                    user_text == "exit") {
-                    break;
-                }
-            }
-            conversation.push_back({"user", user_text});
-            conversation.push_back({"assistant", reply(model, generator, params, conversation)});
-            user_text.clear();
-        }
+        run_on_ranks(opts->tp, opts->model, opts->cache.mla_mode(),
+                     [&opts, &params](RankContext& rank) { chat_on_rank(*opts, params, rank); });
     });
 }
 

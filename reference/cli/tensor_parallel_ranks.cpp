@@ -74,8 +74,8 @@ std::string TensorParallelOptions::resolved_backend() const {
     return mpi_launched_world_size() > 0 ? "mpi" : "threads";
 }
 
-void run_on_ranks(const TensorParallelOptions& tp, const ModelOptions& model_options,
-                  MlaMode mla_mode, const std::function<void(RankContext&)>& body) {
+void run_on_communicators(const TensorParallelOptions& tp,
+                          const std::function<void(Communicator&)>& body) {
     const std::string backend = tp.resolved_backend();
     const int launched = mpi_launched_world_size();
     if (launched > 1 && backend != "mpi") {
@@ -87,27 +87,20 @@ void run_on_ranks(const TensorParallelOptions& tp, const ModelOptions& model_opt
         throw Error(fmt::format("mpirun started {} processes: pass --tp {}", launched, launched));
     }
     if (backend == "mpi") {
-        if (model_options.threads > 0) omp_set_num_threads(model_options.threads);
         std::unique_ptr<Communicator> comm = make_mpi_communicator(tp.size);
         // Only rank 0 talks to the user; the others report only problems.
         if (comm->rank() != 0) spdlog::set_level(spdlog::level::warn);
-        run_rank(tp, model_options, *comm, body);
+        body(*comm);
         comm->barrier();
         return;
     }
     if (!tp.enabled()) {
-        Model model = model_options.load();
-        ModelRunner runner(model.config, model.weights, mla_mode);
         SoloCommunicator solo;
-        const TensorParallelShard whole = runner.shard();
-        RankContext context{model, runner, whole, solo};
-        body(context);
+        body(solo);
         return;
     }
-    if (model_options.threads > 0) omp_set_num_threads(model_options.threads);
     if (backend == "threads") {
-        run_thread_ranks(tp.size,
-                         [&](Communicator& comm) { run_rank(tp, model_options, comm, body); });
+        run_thread_ranks(tp.size, body);
         return;
     }
 #ifdef SERVELAB_HAVE_NCCL
@@ -116,7 +109,7 @@ void run_on_ranks(const TensorParallelOptions& tp, const ModelOptions& model_opt
         tp.size,
         [&](int rank) {
             try {
-                run_rank(tp, model_options, *comms[size_t(rank)], body);
+                body(*comms[size_t(rank)]);
             } catch (const std::exception& e) {
                 // The other ranks may be inside NCCL calls, which nothing
                 // here can interrupt: report and end the process.
@@ -129,6 +122,21 @@ void run_on_ranks(const TensorParallelOptions& tp, const ModelOptions& model_opt
     throw Error(
         "--tp-backend nccl: this build has no NCCL (it needs nvcc and NCCL when cmake runs)");
 #endif
+}
+
+void run_on_ranks(const TensorParallelOptions& tp, const ModelOptions& model_options,
+                  MlaMode mla_mode, const std::function<void(RankContext&)>& body) {
+    if (model_options.threads > 0) omp_set_num_threads(model_options.threads);
+    if (!tp.enabled() && tp.resolved_backend() != "mpi") {
+        Model model = model_options.load();
+        ModelRunner runner(model.config, model.weights, mla_mode);
+        SoloCommunicator solo;
+        const TensorParallelShard whole = runner.shard();
+        RankContext context{model, runner, whole, solo};
+        body(context);
+        return;
+    }
+    run_on_communicators(tp, [&](Communicator& comm) { run_rank(tp, model_options, comm, body); });
 }
 
 }  // namespace servelab::cli

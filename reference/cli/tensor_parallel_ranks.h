@@ -45,6 +45,12 @@ struct RankContext {
     bool talks_to_user() const { return shard.rank == 0; }
 };
 
+// Runs `body` once per rank with its communicator, on the chosen back end
+// (a SoloCommunicator when N = 1). Throws servelab::Error for a missing back
+// end or an mpirun world of the wrong size; an error on any rank ends every rank.
+void run_on_communicators(const TensorParallelOptions& tp,
+                          const std::function<void(Communicator&)>& body);
+
 // Loads the model (each rank its shard) and runs `body` on every rank;
 // returns when all ranks are done. Throws servelab::Error for a model that
 // does not split N ways (naming the valid N), a missing back end, or an

@@ -92,6 +92,17 @@ bool mpi_available() {
 }
 
 std::unique_ptr<Communicator> make_mpi_communicator(int expected_size) {
+    // Checked before MPI starts, so a wrong launch is one line, not an MPI abort.
+    const int launched = mpi_launched_world_size();
+    if (launched != expected_size && !(launched == 0 && expected_size == 1)) {
+        throw Error(
+            fmt::format("--tp {} with --tp-backend mpi needs {} processes, but {}: launch with "
+                        "mpirun -np {} (add --oversubscribe when the machine has fewer cores)",
+                        expected_size, expected_size,
+                        launched == 0 ? std::string("this one was not started by mpirun")
+                                      : fmt::format("mpirun started {}", launched),
+                        expected_size));
+    }
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {

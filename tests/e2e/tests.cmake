@@ -104,3 +104,29 @@ if(servelab_e2e_ready)
     COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tools/make_traces.py --check)
   set_tests_properties(traces_up_to_date PROPERTIES LABELS "e2e" TIMEOUT 60)
 endif()
+
+# Tensor parallelism (Lab 7), label "tp":
+#   tp_mpi_unit   the MPI back end's unit test, one process per rank under
+#                 mpirun (oversubscribed on this 2-core machine); a skip fails it
+#   tp_cli        generate --tp N (threads N = 2, 4; MPI N = 2; SmolLM2 N = 3)
+#                 against N = 1, the cost counters against the formula, and the
+#                 one-line refusals
+find_package(Python3 COMPONENTS Interpreter)
+set(servelab_mpirun "")
+if(MPI_CXX_FOUND AND MPIEXEC_EXECUTABLE)
+  set(servelab_mpirun ${MPIEXEC_EXECUTABLE})
+  add_test(NAME tp_mpi_unit
+    COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 2
+            $<TARGET_FILE:servelab_tests> --gtest_filter=TensorParallelMpi.*)
+  set_tests_properties(tp_mpi_unit PROPERTIES LABELS "tp" TIMEOUT 300
+    ENVIRONMENT "OMP_NUM_THREADS=1" FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+else()
+  message(STATUS "servelab: no MPI (mpirun); the MPI tensor-parallel tests are not registered")
+endif()
+if(Python3_Interpreter_FOUND)
+  add_test(NAME tp_cli
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/e2e/test_tensor_parallel_cli.py
+            --servelab $<TARGET_FILE:servelab> --mpirun "${servelab_mpirun}"
+            --model ${SERVELAB_E2E_MODEL})
+  set_tests_properties(tp_cli PROPERTIES LABELS "tp" TIMEOUT 600)
+endif()

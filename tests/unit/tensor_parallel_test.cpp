@@ -100,18 +100,19 @@ TEST(RingAllReduce, TakesTwoTimesNMinusOneStepsOfOneChunkEach) {
         for (auto& buffer : buffers) pointers.push_back(buffer.data());
         std::vector<int> steps(size_t(num_ranks), 0);
         ThreadGroup group(num_ranks);
-        std::vector<std::thread> threads;
-        for (int r = 0; r < num_ranks; ++r) {
-            threads.emplace_back([&, r] {
+        // The thread machinery of the back end: a rank that throws releases
+        // the others, and its error comes back here.
+        run_rank_threads(
+            num_ranks,
+            [&](int r) {
                 group.arrive_and_wait();
                 ring_all_reduce(pointers, length, r, [&] {
                     ++steps[size_t(r)];
                     group.arrive_and_wait();
                 });
                 group.arrive_and_wait();
-            });
-        }
-        for (std::thread& thread : threads) thread.join();
+            },
+            [&] { group.abort(); });
         for (int r = 0; r < num_ranks; ++r) {
             EXPECT_EQ(steps[size_t(r)], 2 * (num_ranks - 1))
                 << "rank " << r << " of " << num_ranks << ": the ring's reduce-scatter and "
