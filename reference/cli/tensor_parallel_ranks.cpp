@@ -52,6 +52,9 @@ void run_rank(const TensorParallelOptions& tp, const ModelOptions& model_options
     }
     ModelRunner runner(loaded.model.config, loaded.model.weights, loaded.shard, comm);
     RankContext context{loaded.model, runner, loaded.shard, comm};
+    // The ranks start together: otherwise the first collective would absorb
+    // the slowest rank's loading time, and the counters' time with it.
+    comm.barrier();
     body(context);
 }
 

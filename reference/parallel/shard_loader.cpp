@@ -62,9 +62,8 @@ std::vector<float> load_all(const GgufFile& file, const std::string& name, int64
 
 ModelWeights load_weight_shard(const GgufFile& file, const ModelConfig& config,
                                const TensorParallelShard& shard) {
-    if (config.is_mla() && !shard.is_whole_model()) {
-        throw Error("tensor parallel: MLA models cannot be split");
-    }
+    if (shard.is_whole_model()) return ModelWeights::load(file, config);  // MLA included
+    if (config.is_mla()) throw Error("tensor parallel: MLA models cannot be split");
     const ModelConfig local = local_config(config, shard);
     const int64_t dim = config.dim;
     const int64_t head_dim = config.head_dim;

@@ -25,6 +25,10 @@
 #                                   model) and workload; tokens per pass against the i.i.d.
 #                                   formula; verify and draft costs; break-even acceptance rates;
 #                                   batch 1 against a batch
+#   notebook_lab07_tensor_parallelism  all-reduced and gathered bytes counted against the formula;
+#                                   all-reduce latency and bandwidth per back end (threads, MPI) and
+#                                   their alpha-beta fit; predicted against measured all-reduce time;
+#                                   decode step against N; predicted 7B/70B steps on NVLink and PCIe
 
 set(servelab_notebooks_ready FALSE)
 if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
@@ -51,7 +55,7 @@ if(servelab_notebooks_ready)
     "SERVELAB_ROOT=${CMAKE_SOURCE_DIR}"
     "OMP_NUM_THREADS=1")
   foreach(notebook lab01_naive_decoding lab02_kv_cache lab03_kv_compression lab04_paged_attention
-                  lab05_continuous_batching lab06_speculative_decoding)
+                  lab05_continuous_batching lab06_speculative_decoding lab07_tensor_parallelism)
     add_test(NAME notebook_${notebook}
       COMMAND ${SERVELAB_PYTHON} -m jupyter nbconvert --to notebook --execute
               --ExecutePreprocessor.timeout=240
