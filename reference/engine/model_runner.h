@@ -62,7 +62,11 @@ class ModelRunner : public StepRunner {
     // local_config, `weights` its shard, `comm` the group's communicator
     // (which must outlive the runner). Logits come back whole on every rank;
     // the tokens run_step returns are rank 0's, broadcast, so every rank's
-    // engine makes the same decisions.
+    // engine makes the same decisions. (Single-request decoding through
+    // forward() — generator.h, the contiguous and no-cache layouts — samples
+    // on each rank from the logits alone: identical on every rank as long
+    // as the all-reduce gives every rank the same bits, which the ring does
+    // by construction and MPI's reductions do in practice.)
     ModelRunner(const ModelConfig& config, const ModelWeights& weights,
                 const TensorParallelShard& shard, Communicator& comm);
 

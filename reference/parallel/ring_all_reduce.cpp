@@ -16,11 +16,11 @@ RingChunk ring_chunk(int64_t count, int num_ranks, int chunk) {
 void ring_all_reduce(std::span<float* const> buffers, int64_t count, int rank,
                      const std::function<void()>& wait_for_all) {
     // BEGIN SOLUTION lab07
-    // HINT: let N = buffers.size() and left = (rank + N - 1) % N, this rank's left neighbour
-    // HINT: reduce-scatter, steps s = 0..N-2: add chunk (rank - 1 - s) mod N of buffers[left]
-    // HINT: into the same chunk of buffers[rank]; then wait_for_all()
-    // HINT: all-gather, steps s = 0..N-2: copy chunk (rank - s) mod N of buffers[left]
-    // HINT: into buffers[rank]; then wait_for_all()
+    // HINT: N = buffers.size(); left = (rank + N - 1) % N is this rank's left neighbour
+    // HINT: reduce-scatter, steps s = 0..N-2: add chunk (rank - 1 - s) mod N
+    // HINT: of buffers[left] into the same chunk of buffers[rank]; then wait_for_all()
+    // HINT: all-gather, steps s = 0..N-2: copy chunk (rank - s) mod N
+    // HINT: of buffers[left] into buffers[rank]; then wait_for_all()
     const int num_ranks = int(buffers.size());
     const int left = (rank + num_ranks - 1) % num_ranks;
     const auto chunk_index = [num_ranks](int i) {

@@ -18,11 +18,11 @@ RingChunk ring_chunk(int64_t count, int num_ranks, int chunk) {
 
 void ring_all_reduce(std::span<float* const> buffers, int64_t count, int rank,
                      const std::function<void()>& wait_for_all) {
-    // TODO(lab07): let N = buffers.size() and left = (rank + N - 1) % N, this rank's left neighbour
-    // TODO(lab07): reduce-scatter, steps s = 0..N-2: add chunk (rank - 1 - s) mod N of buffers[left]
-    // TODO(lab07): into the same chunk of buffers[rank]; then wait_for_all()
-    // TODO(lab07): all-gather, steps s = 0..N-2: copy chunk (rank - s) mod N of buffers[left]
-    // TODO(lab07): into buffers[rank]; then wait_for_all()
+    // TODO(lab07): N = buffers.size(); left = (rank + N - 1) % N is this rank's left neighbour
+    // TODO(lab07): reduce-scatter, steps s = 0..N-2: add chunk (rank - 1 - s) mod N
+    // TODO(lab07): of buffers[left] into the same chunk of buffers[rank]; then wait_for_all()
+    // TODO(lab07): all-gather, steps s = 0..N-2: copy chunk (rank - s) mod N
+    // TODO(lab07): of buffers[left] into buffers[rank]; then wait_for_all()
     throw NotImplemented("lab07: ring_all_reduce");
 }
 
