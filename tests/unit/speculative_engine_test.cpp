@@ -130,11 +130,16 @@ TEST_F(SpeculativeEngine, GreedyOutputEqualsTheTargetsForEveryDrafter) {
         }
         EXPECT_EQ(total.drafted_tokens, drafted);
         EXPECT_GT(total.drafted_tokens, 0) << "nothing was drafted";
-        EXPECT_GT(total.accepted_tokens, 0) << "the drafter was never right";
         EXPECT_TRUE(mixed_step) << "no step verified drafts beside other work";
+        std::printf("%s: %lld drafted, %lld accepted\n", name,
+                    static_cast<long long>(total.drafted_tokens),
+                    static_cast<long long>(total.accepted_tokens));
         if (std::string(name) == "self") {
             // The target drafting for itself is always right (up to near-ties
-            // that batched and unbatched float sums may break differently).
+            // that batched and unbatched float sums may break differently),
+            // so the accepting paths run in every run of this test. Other
+            // drafters of a random model may never be right: a 1-layer early
+            // exit of seed 1875163106 was not, so they are not required to.
             EXPECT_GE(total.acceptance_rate(), 0.95);
         }
         EXPECT_EQ(engine.kv().cache().allocator().num_free() +
