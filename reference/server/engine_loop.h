@@ -1,0 +1,133 @@
+// engine_loop.h — one thread that owns the Engine, fed by many HTTP handlers.
+//
+// Part of the serving layer (issue 10, chapter 11.7). The Engine is not
+// thread-safe, and it should not be: continuous batching wants every request
+// in ONE loop, so that each step batches all of them. HTTP handlers run on
+// the server's thread pool; they hand requests to this loop through a
+// locked queue and read their tokens back from a per-request stream:
+//
+//   handler ── submit(prompt, params) ──▶ queue ──▶ engine thread: add_request
+//   handler ◀── stream.next() ◀── tokens pushed by the on_token callback, in step()
+//   handler ── stream.cancel() (client gone) ──▶ engine thread: Engine::cancel
+//
+// The waiting queue is bounded: submit() refuses (QueueFull) when it holds
+// max_waiting requests, so an overloaded server answers 503 at once instead
+// of letting latency grow without bound. stop() stops admitting, lets the
+// running requests finish, and joins the thread (SIGTERM's drain).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "reference/common/error.h"
+#include "reference/engine/engine.h"
+
+namespace servelab {
+
+// submit() on a full queue, or after stop().
+class QueueFull : public Error {
+  public:
+    using Error::Error;
+};
+
+// What a handler reads from its request's stream, in order: pieces of text
+// (one per token that completed some text), then exactly one end.
+struct StreamEvent {
+    enum class Kind { kText, kEnd };
+    Kind kind = Kind::kText;
+    std::string text;                        // kText: the new text
+    TokenId token = 0;                       // kText: the token that produced it
+    std::optional<GenerationResult> result;  // kEnd: the whole result
+    std::string error;                       // kEnd: set when the request failed
+};
+
+class RequestStream {
+  public:
+    // Waits up to `timeout` for the next event; false when none came (the
+    // handler can then check whether its client is still connected).
+    bool next(StreamEvent& event, std::chrono::milliseconds timeout);
+    // The client is gone: the engine cancels the request and frees its
+    // blocks at its next iteration. Safe to call more than once.
+    void cancel();
+    bool cancelled() const;
+
+  private:
+    friend class EngineLoop;
+    void push(StreamEvent event);
+
+    mutable std::mutex mutex_;
+    std::condition_variable ready_;
+    std::deque<StreamEvent> events_;
+    bool cancelled_ = false;
+    int64_t request_id_ = -1;  // the engine's id, once admitted
+};
+
+struct EngineLoopConfig {
+    int64_t max_waiting = 256;  // requests queued or waiting in the engine before 503
+};
+
+// Counters for /metrics, read under the loop's lock.
+struct EngineLoopStats {
+    int64_t num_waiting = 0;
+    int64_t num_running = 0;
+    int64_t num_kv_blocks_used = 0;
+    int64_t num_kv_blocks = 0;
+    int64_t total_preemptions = 0;
+    int64_t total_steps = 0;
+    int64_t total_drafted_tokens = 0;
+    int64_t total_accepted_tokens = 0;
+    int64_t total_finished = 0;
+    int64_t total_cancelled = 0;
+    int64_t total_rejected = 0;  // refused with QueueFull
+};
+
+class EngineLoop {
+  public:
+    // Starts the engine thread. The engine must outlive the loop.
+    EngineLoop(Engine& engine, const EngineLoopConfig& config);
+    ~EngineLoop();  // stop()
+    EngineLoop(const EngineLoop&) = delete;
+    EngineLoop& operator=(const EngineLoop&) = delete;
+
+    // Queues a request. Throws QueueFull when max_waiting requests already
+    // wait, or after stop(); bad parameters are the Engine's errors, which
+    // the stream reports as its end (error set).
+    std::shared_ptr<RequestStream> submit(std::vector<TokenId> prompt,
+                                          const SamplingParams& params);
+    // Stops admitting, runs every admitted request to its end, joins.
+    void stop();
+    EngineLoopStats stats() const;
+
+  private:
+    struct Submission {
+        std::vector<TokenId> prompt;
+        SamplingParams params;
+        std::shared_ptr<RequestStream> stream;
+    };
+    void run();
+    void admit(Submission& submission);
+    // Cancels the requests whose clients left; true if there were any.
+    bool cancel_abandoned();
+
+    Engine& engine_;
+    EngineLoopConfig config_;
+    mutable std::mutex mutex_;
+    std::condition_variable wake_;
+    std::deque<Submission> submissions_;
+    std::map<int64_t, std::shared_ptr<RequestStream>>
+        live_;  // by engine id: admitted, not finished
+    bool stopping_ = false;
+    EngineLoopStats stats_;
+    std::thread thread_;
+};
+
+}  // namespace servelab

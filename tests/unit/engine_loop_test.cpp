@@ -1,0 +1,144 @@
+// engine_loop_test.cpp — many threads feeding one engine loop (issue 10, the serving layer).
+//
+// The server's HTTP handlers run on a thread pool and hand requests to one
+// engine thread (reference/server/engine_loop.h). Checked here without HTTP:
+//   concurrent submitters each get exactly the tokens their request gets
+//     alone (greedy and seeded sampling), whatever else is batched with it;
+//   a cancelled stream ends with finish reason "cancelled" and its blocks
+//     come back;
+//   a full waiting queue refuses at once (QueueFull), and stop() drains
+//     every admitted request to its end.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "reference/server/engine_loop.h"
+#include "tests/unit/engine_test_util.h"
+
+namespace servelab {
+namespace {
+
+class EngineLoopTest : public test::TinyModelTest {
+  protected:
+    void SetUp() override {
+        TinyModelOptions options;
+        options.num_layers = 2;
+        load_tiny_model(options);
+    }
+    // Reads a stream to its end.
+    static StreamEvent read_to_end(RequestStream& stream, std::string& text) {
+        StreamEvent event;
+        while (true) {
+            if (!stream.next(event, std::chrono::milliseconds(30000))) {
+                ADD_FAILURE() << "no event for 30 s";
+                return event;
+            }
+            if (event.kind == StreamEvent::Kind::kEnd) return event;
+            text += event.text;
+        }
+    }
+};
+
+TEST_F(EngineLoopTest, ConcurrentSubmittersGetTheTokensOfTheirRequestAlone) {
+    EngineConfig config;
+    config.scheduler.max_num_batched_tokens = 32;
+    Engine engine(*model_, *runner_, config);
+    EngineLoop loop(engine, {});
+    const int num_clients = 16;
+    std::vector<std::vector<TokenId>> prompts;
+    std::vector<SamplingParams> params(num_clients);
+    for (int i = 0; i < num_clients; ++i) {
+        prompts.push_back(random_prompt(random_.integer(2, 30)));
+        params[size_t(i)].max_tokens = int32_t(random_.integer(1, 12));
+        params[size_t(i)].temperature = i % 2 == 0 ? 0.0f : 0.9f;
+        params[size_t(i)].seed = uint64_t(100 + i);
+    }
+    std::vector<GenerationResult> results(num_clients);
+    std::vector<std::string> streamed(num_clients);
+    std::vector<std::thread> clients;
+    for (int i = 0; i < num_clients; ++i) {
+        clients.emplace_back([&, i] {
+            std::shared_ptr<RequestStream> stream =
+                loop.submit(prompts[size_t(i)], params[size_t(i)]);
+            StreamEvent end = read_to_end(*stream, streamed[size_t(i)]);
+            ASSERT_TRUE(end.result.has_value()) << end.error;
+            results[size_t(i)] = *end.result;
+        });
+    }
+    for (std::thread& client : clients) client.join();
+    for (int i = 0; i < num_clients; ++i) {
+        const GenerationResult alone = solo(prompts[size_t(i)], params[size_t(i)]);
+        EXPECT_EQ(results[size_t(i)].tokens, alone.tokens)
+            << "client " << i << "; " << random_.trace();
+        EXPECT_EQ(streamed[size_t(i)], results[size_t(i)].text) << "client " << i;
+    }
+}
+
+TEST_F(EngineLoopTest, ACancelledStreamEndsAsCancelledAndFreesItsBlocks) {
+    Engine engine(*model_, *runner_, EngineConfig{});
+    EngineLoop loop(engine, {});
+    SamplingParams params;
+    params.max_tokens = 200;
+    params.ignore_eos = true;
+    std::shared_ptr<RequestStream> stream = loop.submit(random_prompt(20), params);
+    StreamEvent event;
+    int texts = 0;
+    while (texts < 2 && stream->next(event, std::chrono::milliseconds(30000))) {
+        ASSERT_EQ(event.kind, StreamEvent::Kind::kText);
+        ++texts;
+    }
+    stream->cancel();
+    std::string rest;
+    StreamEvent end = read_to_end(*stream, rest);
+    ASSERT_TRUE(end.result.has_value());
+    EXPECT_EQ(end.result->finish_reason, FinishReason::kCancelled);
+    EXPECT_LT(end.result->tokens.size(), 200u);
+    loop.stop();
+    EXPECT_EQ(loop.stats().total_cancelled, 1);
+    EXPECT_EQ(loop.stats().num_running, 0);
+}
+
+TEST_F(EngineLoopTest, AFullQueueRefusesAtOnceAndStopDrainsTheAdmitted) {
+    EngineConfig config;
+    config.scheduler.max_num_seqs = 1;  // one runs, the others wait
+    Engine engine(*model_, *runner_, config);
+    EngineLoop loop(engine, {.max_waiting = 3});
+    SamplingParams params;
+    params.max_tokens = 40;
+    params.ignore_eos = true;
+    std::vector<std::shared_ptr<RequestStream>> admitted;
+    bool refused = false;
+    for (int i = 0; i < 20 && !refused; ++i) {
+        try {
+            admitted.push_back(loop.submit(random_prompt(8), params));
+        } catch (const QueueFull& e) {
+            refused = true;
+            EXPECT_NE(std::string(e.what()).find("at capacity"), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_TRUE(refused) << "20 submissions, max_waiting 3, one running at a time";
+    loop.stop();
+    EXPECT_THROW(loop.submit(random_prompt(4), params), QueueFull);
+    for (auto& stream : admitted) {
+        std::string text;
+        StreamEvent end = read_to_end(*stream, text);
+        ASSERT_TRUE(end.result.has_value()) << end.error;
+        EXPECT_EQ(end.result->tokens.size(), 40u) << "stop() lets admitted requests finish";
+    }
+}
+
+TEST_F(EngineLoopTest, BadParametersEndTheStreamWithTheEnginesError) {
+    Engine engine(*model_, *runner_, EngineConfig{});
+    EngineLoop loop(engine, {});
+    SamplingParams params;
+    params.max_tokens = 4;
+    std::vector<TokenId> prompt = {TokenId(model_->config.vocab_size + 5)};
+    std::shared_ptr<RequestStream> stream = loop.submit(prompt, params);
+    std::string text;
+    StreamEvent end = read_to_end(*stream, text);
+    EXPECT_FALSE(end.result.has_value());
+    EXPECT_FALSE(end.error.empty());
+}
+
+}  // namespace
+}  // namespace servelab
