@@ -1,0 +1,213 @@
+// openai_protocol.cpp — see openai_protocol.h.
+#include "reference/server/openai_protocol.h"
+
+#include <fmt/format.h>
+
+#include <set>
+
+namespace servelab {
+namespace {
+
+[[noreturn]] void refuse(const std::string& param, const std::string& message) {
+    throw ApiException(ApiError{400, "invalid_request_error", message, param, ""});
+}
+
+const nlohmann::json* field(const nlohmann::json& body, const char* name) {
+    const auto it = body.find(name);
+    if (it == body.end() || it->is_null()) return nullptr;
+    return &*it;
+}
+
+double number(const nlohmann::json& body, const char* name, double fallback, double low,
+              double high) {
+    const nlohmann::json* value = field(body, name);
+    if (value == nullptr) return fallback;
+    if (!value->is_number()) refuse(name, fmt::format("'{}' must be a number", name));
+    const double x = value->get<double>();
+    if (!(x >= low && x <= high)) {
+        refuse(name, fmt::format("'{}' must be in [{}, {}], got {}", name, low, high, x));
+    }
+    return x;
+}
+
+int64_t integer(const nlohmann::json& body, const char* name, int64_t fallback, int64_t low,
+                int64_t high) {
+    const nlohmann::json* value = field(body, name);
+    if (value == nullptr) return fallback;
+    if (!value->is_number_integer()) refuse(name, fmt::format("'{}' must be an integer", name));
+    const int64_t x = value->is_number_unsigned() && value->get<uint64_t>() > uint64_t(INT64_MAX)
+                          ? INT64_MAX
+                          : value->get<int64_t>();
+    if (x < low || x > high) {
+        refuse(name, fmt::format("'{}' must be in [{}, {}], got {}", name, low, high, x));
+    }
+    return x;
+}
+
+bool boolean(const nlohmann::json& body, const char* name) {
+    const nlohmann::json* value = field(body, name);
+    if (value == nullptr) return false;
+    if (!value->is_boolean()) refuse(name, fmt::format("'{}' must be true or false", name));
+    return value->get<bool>();
+}
+
+std::vector<std::string> stop_strings(const nlohmann::json& body) {
+    const nlohmann::json* value = field(body, "stop");
+    if (value == nullptr) return {};
+    if (value->is_string()) return {value->get<std::string>()};
+    if (!value->is_array() || value->size() > 4) {
+        refuse("stop", "'stop' must be a string or a list of at most 4 strings");
+    }
+    std::vector<std::string> stops;
+    for (const nlohmann::json& item : *value) {
+        if (!item.is_string() || item.get<std::string>().empty()) {
+            refuse("stop", "'stop' must hold non-empty strings");
+        }
+        stops.push_back(item.get<std::string>());
+    }
+    return stops;
+}
+
+// A message's content: a string, or a list of {"type": "text", "text": …} parts.
+std::string message_content(const nlohmann::json& content, size_t index) {
+    const std::string param = fmt::format("messages[{}].content", index);
+    if (content.is_string()) return content.get<std::string>();
+    if (!content.is_array()) refuse(param, "content must be a string or a list of text parts");
+    std::string text;
+    for (const nlohmann::json& part : content) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+            refuse(param, "only text content parts are supported");
+        }
+        text += part["text"].get<std::string>();
+    }
+    return text;
+}
+
+std::vector<ChatMessage> chat_messages(const nlohmann::json& body) {
+    const nlohmann::json* value = field(body, "messages");
+    if (value == nullptr || !value->is_array() || value->empty()) {
+        refuse("messages", "'messages' must be a non-empty list");
+    }
+    static const std::set<std::string> roles = {"system", "developer", "user", "assistant"};
+    std::vector<ChatMessage> messages;
+    for (size_t i = 0; i < value->size(); ++i) {
+        const nlohmann::json& message = (*value)[i];
+        if (!message.is_object() || !message.contains("role") || !message["role"].is_string() ||
+            roles.count(message["role"].get<std::string>()) == 0) {
+            refuse(fmt::format("messages[{}].role", i),
+                   "each message needs a role: system, developer, user or assistant");
+        }
+        if (!message.contains("content")) {
+            refuse(fmt::format("messages[{}].content", i), "each message needs content");
+        }
+        std::string role = message["role"].get<std::string>();
+        if (role == "developer") role = "system";  // the newer name for the same turn
+        messages.push_back({role, message_content(message["content"], i)});
+    }
+    return messages;
+}
+
+void completion_prompt(const nlohmann::json& body, const ProtocolLimits& limits,
+                       ApiRequest& request) {
+    const nlohmann::json* value = field(body, "prompt");
+    if (value == nullptr) refuse("prompt", "'prompt' is required");
+    if (value->is_string()) {
+        request.prompt_text = value->get<std::string>();
+        if (request.prompt_text.empty()) refuse("prompt", "'prompt' is empty");
+        return;
+    }
+    if (value->is_array() && !value->empty() && (*value)[0].is_number_integer()) {
+        for (const nlohmann::json& id : *value) {
+            if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+                id.get<int64_t>() >= limits.vocab_size) {
+                refuse("prompt",
+                       fmt::format("token ids must be integers in [0, {})", limits.vocab_size));
+            }
+            request.prompt_ids.push_back(TokenId(id.get<int64_t>()));
+        }
+        return;
+    }
+    refuse("prompt", "'prompt' must be a string or a list of token ids (one prompt per request)");
+}
+
+void refuse_unsupported(const nlohmann::json& body) {
+    for (const char* name : {"logit_bias", "tools", "functions", "suffix", "echo", "best_of"}) {
+        if (field(body, name) != nullptr) {
+            refuse(name, fmt::format("'{}' is not supported by this server", name));
+        }
+    }
+    for (const char* name : {"logprobs", "top_logprobs"}) {
+        const nlohmann::json* value = field(body, name);
+        if (value != nullptr && !(value->is_boolean() && !value->get<bool>())) {
+            refuse(name, fmt::format("'{}' is not supported by this server", name));
+        }
+    }
+    for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+        if (number(body, name, 0.0, -2.0, 2.0) != 0.0) {
+            refuse(name, fmt::format("'{}' is not supported (use repetition_penalty)", name));
+        }
+    }
+}
+
+}  // namespace
+
+nlohmann::json error_body(const ApiError& error) {
+    return {
+        {"error",
+         {{"message", error.message},
+          {"type", error.type},
+          {"param", error.param.empty() ? nlohmann::json(nullptr) : nlohmann::json(error.param)},
+          {"code", error.code.empty() ? nlohmann::json(nullptr) : nlohmann::json(error.code)}}}};
+}
+
+ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const ProtocolLimits& limits) {
+    if (!body.is_object()) refuse("", "the request body must be a JSON object");
+    ApiRequest request;
+    request.chat = chat;
+    const nlohmann::json* model = field(body, "model");
+    if (model == nullptr || !model->is_string()) refuse("model", "'model' must be a string");
+    request.model = model->get<std::string>();
+    if (request.model != limits.model_name) {
+        throw ApiException(ApiError{404, "invalid_request_error",
+                                    fmt::format("the model '{}' does not exist; this server "
+                                                "serves '{}'",
+                                                request.model, limits.model_name),
+                                    "model", "model_not_found"});
+    }
+    refuse_unsupported(body);
+    if (chat) {
+        request.messages = chat_messages(body);
+    } else {
+        completion_prompt(body, limits, request);
+    }
+    SamplingParams& p = request.params;
+    p.temperature = float(number(body, "temperature", 1.0, 0.0, 2.0));
+    p.top_p = float(number(body, "top_p", 1.0, 0.0, 1.0));
+    if (p.top_p == 0.0f) refuse("top_p", "'top_p' must be greater than 0");
+    p.top_k = int32_t(integer(body, "top_k", 0, 0, limits.vocab_size));
+    p.min_p = float(number(body, "min_p", 0.0, 0.0, 1.0));
+    p.repetition_penalty = float(number(body, "repetition_penalty", 1.0, 0.01, 10.0));
+    p.seed = uint64_t(integer(body, "seed", 0, INT64_MIN, INT64_MAX));
+    const int64_t default_max = chat ? limits.context_length : limits.default_max_tokens;
+    int64_t max_tokens = integer(body, "max_tokens", default_max, 1, limits.context_length);
+    max_tokens = integer(body, "max_completion_tokens", max_tokens, 1, limits.context_length);
+    p.max_tokens = int32_t(max_tokens);
+    request.max_tokens_given =
+        field(body, "max_tokens") != nullptr || field(body, "max_completion_tokens") != nullptr;
+    p.stop_strings = stop_strings(body);
+    request.n = int32_t(integer(body, "n", 1, 1, limits.max_n));
+    request.stream = boolean(body, "stream");
+    if (const nlohmann::json* options = field(body, "stream_options")) {
+        if (!options->is_object()) refuse("stream_options", "'stream_options' must be an object");
+        request.include_usage = boolean(*options, "include_usage");
+    }
+    try {
+        p.validate();
+    } catch (const Error& e) {
+        refuse("", e.what());
+    }
+    return request;
+}
+
+}  // namespace servelab

@@ -1,0 +1,75 @@
+// openai_protocol.h — OpenAI-compatible request bodies in, engine parameters out.
+//
+// Part of the serving layer (issue 10, chapter 11.7). The HTTP layer hands
+// a parsed JSON body here and gets back either a request the engine can run
+// or an ApiError: the HTTP status and the OpenAI-style error body
+//   {"error": {"message": …, "type": "invalid_request_error", "param": …, "code": …}}
+// that real clients (the `openai` package) turn into their exceptions. Every
+// field is checked for type and range here, so nothing malformed reaches the
+// engine. Supported: /v1/completions (prompt: a string or a list of token
+// ids) and /v1/chat/completions (messages with string or text-part
+// content); temperature, top_p, top_k, min_p, max_tokens (or
+// max_completion_tokens), stop, seed, n, stream, stream_options.include_usage,
+// repetition_penalty. Fields that would change the output in ways the
+// engine cannot honour (logprobs, nonzero presence/frequency penalties,
+// logit_bias, tools) are refused, never silently ignored.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "reference/common/error.h"
+#include "reference/model/chat_format.h"
+#include "reference/sampling/sampling_params.h"
+
+namespace servelab {
+
+struct ApiError {
+    int status = 400;
+    std::string type = "invalid_request_error";
+    std::string message;
+    std::string param;  // the offending field, or empty
+    std::string code;   // e.g. "model_not_found", or empty
+};
+
+// Thrown by the parsers; carries the HTTP answer.
+class ApiException : public Error {
+  public:
+    explicit ApiException(ApiError error) : Error(error.message), error_(std::move(error)) {}
+    const ApiError& error() const { return error_; }
+
+  private:
+    ApiError error_;
+};
+
+nlohmann::json error_body(const ApiError& error);
+
+struct ProtocolLimits {
+    std::string model_name;           // what /v1/models lists; requests must name it
+    int64_t context_length = 0;       // prompt + max_tokens must fit
+    int64_t vocab_size = 0;           // token-id prompts are checked against it
+    int32_t default_max_tokens = 16;  // OpenAI's default for completions
+    int32_t max_n = 16;
+};
+
+struct ApiRequest {
+    bool chat = false;
+    std::string model;
+    std::vector<ChatMessage> messages;  // chat
+    std::string prompt_text;            // completions, a string prompt
+    std::vector<TokenId> prompt_ids;    // completions, a token-id prompt
+    SamplingParams params;
+    // false: max_tokens was not given, and the server fills the context (chat) after tokenizing
+    bool max_tokens_given = false;
+    int32_t n = 1;
+    bool stream = false;
+    bool include_usage = false;  // stream_options.include_usage
+};
+
+// Throws ApiException (status 400, or 404 for an unknown model).
+ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const ProtocolLimits& limits);
+
+}  // namespace servelab

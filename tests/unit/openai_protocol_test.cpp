@@ -1,0 +1,116 @@
+// openai_protocol_test.cpp — request bodies the OpenAI API accepts, and the 4xx for the rest.
+//
+// Serving layer (issue 10). Each bad field gets status, type and param the
+// way OpenAI's own API reports them, so real clients raise the right error.
+#include <gtest/gtest.h>
+
+#include "reference/server/openai_protocol.h"
+
+namespace servelab {
+namespace {
+
+const ProtocolLimits kLimits{.model_name = "smollm2",
+                             .context_length = 2048,
+                             .vocab_size = 1000,
+                             .default_max_tokens = 16,
+                             .max_n = 16};
+
+ApiError error_of(const std::string& body_text, bool chat) {
+    try {
+        parse_api_request(nlohmann::json::parse(body_text), chat, kLimits);
+    } catch (const ApiException& e) {
+        return e.error();
+    }
+    ADD_FAILURE() << "accepted: " << body_text;
+    return {};
+}
+
+TEST(OpenAiProtocol, ACompletionRequestMapsToTheEnginesParameters) {
+    const ApiRequest request = parse_api_request(
+        nlohmann::json::parse(R"({"model": "smollm2", "prompt": "Once upon", "max_tokens": 7,
+            "temperature": 0.5, "top_p": 0.9, "top_k": 40, "seed": 3, "stop": ["\n", "."],
+            "n": 2, "stream": true, "stream_options": {"include_usage": true}})"),
+        false, kLimits);
+    EXPECT_EQ(request.prompt_text, "Once upon");
+    EXPECT_EQ(request.params.max_tokens, 7);
+    EXPECT_TRUE(request.max_tokens_given);
+    EXPECT_FLOAT_EQ(request.params.temperature, 0.5f);
+    EXPECT_FLOAT_EQ(request.params.top_p, 0.9f);
+    EXPECT_EQ(request.params.top_k, 40);
+    EXPECT_EQ(request.params.seed, 3u);
+    EXPECT_EQ(request.params.stop_strings, (std::vector<std::string>{"\n", "."}));
+    EXPECT_EQ(request.n, 2);
+    EXPECT_TRUE(request.stream);
+    EXPECT_TRUE(request.include_usage);
+    const ApiRequest ids = parse_api_request(
+        nlohmann::json::parse(R"({"model": "smollm2", "prompt": [1, 2, 999]})"), false, kLimits);
+    EXPECT_EQ(ids.prompt_ids, (std::vector<TokenId>{1, 2, 999}));
+    EXPECT_EQ(ids.params.max_tokens, 16) << "OpenAI's default for completions";
+    EXPECT_FALSE(ids.max_tokens_given);
+}
+
+TEST(OpenAiProtocol, AChatRequestTakesStringAndTextPartContent) {
+    const ApiRequest request = parse_api_request(nlohmann::json::parse(R"({"model": "smollm2",
+        "messages": [{"role": "developer", "content": "Be brief."},
+                     {"role": "user", "content": [{"type": "text", "text": "Hi"},
+                                                  {"type": "text", "text": " there"}]}],
+        "max_completion_tokens": 5})"),
+                                                 true, kLimits);
+    ASSERT_EQ(request.messages.size(), 2u);
+    EXPECT_EQ(request.messages[0].role, "system");
+    EXPECT_EQ(request.messages[1].content, "Hi there");
+    EXPECT_EQ(request.params.max_tokens, 5);
+}
+
+TEST(OpenAiProtocol, BadFieldsGetA4xxNamingTheField) {
+    struct Case {
+        const char* body;
+        bool chat;
+        int status;
+        const char* param;
+    };
+    const Case cases[] = {
+        {R"([1, 2])", false, 400, ""},
+        {R"({"prompt": "x"})", false, 400, "model"},
+        {R"({"model": "gpt-4", "prompt": "x"})", false, 404, "model"},
+        {R"({"model": "smollm2"})", false, 400, "prompt"},
+        {R"({"model": "smollm2", "prompt": ""})", false, 400, "prompt"},
+        {R"({"model": "smollm2", "prompt": ["a", "b"]})", false, 400, "prompt"},
+        {R"({"model": "smollm2", "prompt": [1, 5000]})", false, 400, "prompt"},
+        {R"({"model": "smollm2", "prompt": "x", "temperature": "hot"})", false, 400, "temperature"},
+        {R"({"model": "smollm2", "prompt": "x", "temperature": 3})", false, 400, "temperature"},
+        {R"({"model": "smollm2", "prompt": "x", "top_p": 0})", false, 400, "top_p"},
+        {R"({"model": "smollm2", "prompt": "x", "max_tokens": 0})", false, 400, "max_tokens"},
+        {R"({"model": "smollm2", "prompt": "x", "max_tokens": 1.5})", false, 400, "max_tokens"},
+        {R"({"model": "smollm2", "prompt": "x", "max_tokens": 99999})", false, 400, "max_tokens"},
+        {R"({"model": "smollm2", "prompt": "x", "n": 100})", false, 400, "n"},
+        {R"({"model": "smollm2", "prompt": "x", "stop": [1]})", false, 400, "stop"},
+        {R"({"model": "smollm2", "prompt": "x", "stop": ["a","b","c","d","e"]})", false, 400,
+         "stop"},
+        {R"({"model": "smollm2", "prompt": "x", "stream": "yes"})", false, 400, "stream"},
+        {R"({"model": "smollm2", "prompt": "x", "logprobs": 2})", false, 400, "logprobs"},
+        {R"({"model": "smollm2", "prompt": "x", "presence_penalty": 1})", false, 400,
+         "presence_penalty"},
+        {R"({"model": "smollm2", "prompt": "x", "logit_bias": {"1": 5}})", false, 400,
+         "logit_bias"},
+        {R"({"model": "smollm2", "messages": []})", true, 400, "messages"},
+        {R"({"model": "smollm2", "messages": [{"role": "robot", "content": "x"}]})", true, 400,
+         "messages[0].role"},
+        {R"({"model": "smollm2", "messages": [{"role": "user"}]})", true, 400,
+         "messages[0].content"},
+        {R"({"model": "smollm2", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+         true, 400, "messages[0].content"},
+    };
+    for (const Case& c : cases) {
+        const ApiError error = error_of(c.body, c.chat);
+        EXPECT_EQ(error.status, c.status) << c.body;
+        EXPECT_EQ(error.param, c.param) << c.body;
+        EXPECT_FALSE(error.message.empty()) << c.body;
+        const nlohmann::json body = error_body(error);
+        EXPECT_TRUE(body["error"]["message"].is_string()) << c.body;
+        EXPECT_EQ(body["error"]["type"], "invalid_request_error") << c.body;
+    }
+}
+
+}  // namespace
+}  // namespace servelab
