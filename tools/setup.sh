@@ -14,6 +14,7 @@ DEB_PACKAGES=(
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
+  libcpp-httplib-dev pkg-config
 )
 
 # True when `pkg` must be installed. python3 and python3-venv count as

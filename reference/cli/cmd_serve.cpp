@@ -1,0 +1,114 @@
+// cmd_serve.cpp — `servelab serve`: the OpenAI-compatible server (issue 10, chapter 11.7).
+//
+// Loads the model, starts the continuous-batching engine on one thread
+// (reference/server/engine_loop.h) and serves HTTP in front of it
+// (reference/server/http_server.h). Binds 127.0.0.1:8000 by default.
+// SIGTERM or SIGINT (Ctrl-C) shuts down gracefully: new requests get 503,
+// admitted ones finish and are answered, then the process exits 0.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "reference/cli/cli_options.h"
+#include "reference/cli/commands.h"
+#include "reference/common/error.h"
+#include "reference/engine/engine.h"
+#include "reference/kv/kv_block_manager.h"
+#include "reference/kv/kv_budget.h"
+#include "reference/server/engine_loop.h"
+#include "reference/server/http_server.h"
+
+namespace servelab::cli {
+namespace {
+
+struct ServeOptions {
+    ModelOptions model;
+    CacheOptions cache;
+    ServerOptions server;
+    SchedulerConfig scheduler;
+    int64_t max_waiting = 256;
+};
+
+// The model's name for /v1/models: --served-model-name, else the file's stem.
+std::string served_name(const ServeOptions& opts) {
+    if (!opts.server.model_name.empty()) return opts.server.model_name;
+    return std::filesystem::path(opts.model.path).stem().string();
+}
+
+void serve(const ServeOptions& opts) {
+    // Signals go to a waiting thread, not to whichever thread they hit, so
+    // the shutdown runs as ordinary code (blocked here, before any thread).
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+    const Model model = opts.model.load();
+    if (!opts.cache.paged(model.config)) {
+        throw Error(
+            "serve: the server needs the paged KV cache (this model or --kv-layout has none)");
+    }
+    const int64_t num_blocks = PagedKvCache::blocks_for_budget(model.config, opts.cache.block_size,
+                                                               opts.cache.memory_budget_bytes());
+    PagedKvCache pool(model.config, num_blocks, opts.cache.block_size);
+    KvBlockManager kv(pool, !opts.cache.no_prefix_caching);
+    ModelRunner runner(model.config, model.weights, opts.cache.mla_mode());
+    Engine engine(model, runner, kv, opts.scheduler);
+    EngineLoop loop(engine, {.max_waiting = opts.max_waiting});
+
+    ServerOptions server_options = opts.server;
+    server_options.model_name = served_name(opts);
+    OpenAiServer server(model, loop, server_options);
+    const int port = server.bind();
+    spdlog::info("serving '{}' on http://{}:{} ({} KV blocks of {} tokens; {} API key)",
+                 server_options.model_name, server_options.host, port, num_blocks,
+                 opts.cache.block_size, server_options.api_key.empty() ? "no" : "with an");
+    std::thread signal_waiter([&] {
+        int signal = 0;
+        sigwait(&signals, &signal);
+        spdlog::info("signal {}: draining (new requests get 503), then exiting", signal);
+        server.stop();
+    });
+    server.run();
+    // run() also returns if the listener fails; wake the waiter to finish.
+    pthread_kill(signal_waiter.native_handle(), SIGTERM);
+    signal_waiter.join();
+    spdlog::info("stopped");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+    auto opts = std::make_shared<ServeOptions>();
+    CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+    opts->model.add_to(*cmd);
+    opts->cache.add_to(*cmd);
+    cmd->add_option("--host", opts->server.host, "address to bind")->capture_default_str();
+    cmd->add_option("--port", opts->server.port, "port (0: any free port)")
+        ->check(CLI::Range(0, 65535))
+        ->capture_default_str();
+    cmd->add_option("--api-key", opts->server.api_key,
+                    "require 'Authorization: Bearer KEY' on /v1/*");
+    cmd->add_option("--served-model-name", opts->server.model_name,
+                    "the model name clients send (default: the file name's stem)");
+    cmd->add_option("--max-waiting", opts->max_waiting, "queued requests before new ones get 503")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+        ->capture_default_str();
+    cmd->add_option("--max-num-seqs", opts->scheduler.max_num_seqs, "requests running at once")
+        ->check(CLI::Range(int64_t(1), int64_t(4096)))
+        ->capture_default_str();
+    cmd->add_option("--max-num-batched-tokens", opts->scheduler.max_num_batched_tokens,
+                    "tokens computed per step")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+        ->capture_default_str();
+    cmd->add_option("--max-body-bytes", opts->server.max_body_bytes, "largest request body")
+        ->check(CLI::Range(int64_t(1024), int64_t(1) << 30))
+        ->capture_default_str();
+    cmd->callback([opts] { serve(*opts); });
+}
+
+}  // namespace servelab::cli

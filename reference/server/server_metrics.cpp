@@ -1,0 +1,115 @@
+// server_metrics.cpp — see server_metrics.h.
+#include "reference/server/server_metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace servelab {
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : upper_bounds_(std::move(upper_bounds)), counts_(upper_bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+    const auto bucket = std::lower_bound(upper_bounds_.begin(), upper_bounds_.end(), value);
+    ++counts_[size_t(bucket - upper_bounds_.begin())];
+    sum_ += value;
+    ++count_;
+}
+
+std::string Histogram::render(const std::string& name, const std::string& help) const {
+    std::string out = fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+    int64_t cumulative = 0;
+    for (size_t i = 0; i < upper_bounds_.size(); ++i) {
+        cumulative += counts_[i];
+        out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, upper_bounds_[i], cumulative);
+    }
+    out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, count_);
+    out += fmt::format("{}_sum {}\n{}_count {}\n", name, sum_, name, count_);
+    return out;
+}
+
+namespace {
+
+// Seconds: from a fast decode step (a few ms) to a long generation.
+std::vector<double> latency_buckets_s() {
+    return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+}
+
+std::string metric(const char* type, const std::string& name, const std::string& help,
+                   double value) {
+    return fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
+}
+
+}  // namespace
+
+ServerMetrics::ServerMetrics()
+    : ttft_s_(latency_buckets_s()), tpot_s_(latency_buckets_s()), e2e_s_(latency_buckets_s()) {}
+
+void ServerMetrics::record(const GenerationResult& result) {
+    std::lock_guard lock(mutex_);
+    const GenerationTimings& t = result.timings;
+    ttft_s_.observe(t.first_step_ms / 1000.0);
+    e2e_s_.observe(t.total_ms / 1000.0);
+    if (result.tokens.size() > 1) {
+        tpot_s_.observe((t.total_ms - t.first_step_ms) / 1000.0 / double(result.tokens.size() - 1));
+    }
+    prompt_tokens_ += int64_t(result.prompt_tokens.size());
+    generation_tokens_ += int64_t(result.tokens.size());
+    cached_prompt_tokens_ += result.cached_prompt_tokens;
+    ++requests_ok_;
+}
+
+void ServerMetrics::record_http_error(int status) {
+    std::lock_guard lock(mutex_);
+    if (status >= 500) {
+        ++http_5xx_;
+    } else if (status >= 400) {
+        ++http_4xx_;
+    }
+}
+
+std::string ServerMetrics::render(const EngineLoopStats& loop) const {
+    std::lock_guard lock(mutex_);
+    std::string out;
+    out += ttft_s_.render("servelab_time_to_first_token_seconds",
+                          "time from arrival to the first generated token");
+    out += tpot_s_.render("servelab_time_per_output_token_seconds",
+                          "mean time between a request's tokens after its first");
+    out += e2e_s_.render("servelab_e2e_request_latency_seconds",
+                         "time from arrival to the last token");
+    out += metric("gauge", "servelab_num_requests_waiting", "requests queued, not yet running",
+                  double(loop.num_waiting));
+    out += metric("gauge", "servelab_num_requests_running", "requests in the running batch",
+                  double(loop.num_running));
+    out +=
+        metric("gauge", "servelab_kv_cache_usage_ratio",
+               "share of the KV pool's blocks held by running requests",
+               loop.num_kv_blocks > 0 ? double(loop.num_kv_blocks_used) / double(loop.num_kv_blocks)
+                                      : 0.0);
+    out += metric("counter", "servelab_num_preemptions_total", "requests preempted (recomputed)",
+                  double(loop.total_preemptions));
+    out += metric("counter", "servelab_prompt_tokens_total", "prompt tokens of finished requests",
+                  double(prompt_tokens_));
+    out += metric("counter", "servelab_prefix_cache_hit_tokens_total",
+                  "prompt tokens found in the prefix cache", double(cached_prompt_tokens_));
+    out += metric("counter", "servelab_generation_tokens_total", "tokens generated",
+                  double(generation_tokens_));
+    out += metric("counter", "servelab_spec_decode_draft_tokens_total",
+                  "speculative drafts verified", double(loop.total_drafted_tokens));
+    out += metric("counter", "servelab_spec_decode_accepted_tokens_total",
+                  "speculative drafts accepted", double(loop.total_accepted_tokens));
+    out += metric("counter", "servelab_request_success_total", "requests that finished",
+                  double(requests_ok_));
+    out += metric("counter", "servelab_request_cancelled_total",
+                  "requests cancelled because their client left", double(loop.total_cancelled));
+    out += metric("counter", "servelab_request_rejected_total",
+                  "requests refused because the queue was full", double(loop.total_rejected));
+    out +=
+        metric("counter", "servelab_http_4xx_total", "client errors answered", double(http_4xx_));
+    out +=
+        metric("counter", "servelab_http_5xx_total", "server errors answered", double(http_5xx_));
+    return out;
+}
+
+}  // namespace servelab
