@@ -21,8 +21,14 @@ int64_t unix_seconds() {
         .count();
 }
 
+// Model output can hold invalid UTF-8 (a random model, a cut-off byte
+// sequence); JSON must not, so such bytes become U+FFFD instead of an error.
+std::string to_text(const nlohmann::json& body) {
+    return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 std::string sse(const nlohmann::json& chunk) {
-    return "data: " + chunk.dump() + "\n\n";
+    return "data: " + to_text(chunk) + "\n\n";
 }
 
 // Counts a handler as in flight for the graceful shutdown.
@@ -74,7 +80,7 @@ OpenAiServer::OpenAiServer(const Model& model, EngineLoop& loop, ServerOptions o
                                         {"object", "model"},
                                         {"created", unix_seconds()},
                                         {"owned_by", "servelab"}}}}};
-        response.set_content(body.dump(), "application/json");
+        response.set_content(to_text(body), "application/json");
     });
     http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
         response.set_content(metrics_.render(loop_.stats()), "text/plain; version=0.0.4");

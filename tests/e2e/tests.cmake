@@ -130,3 +130,14 @@ if(Python3_Interpreter_FOUND)
             --model ${SERVELAB_E2E_MODEL})
   set_tests_properties(tp_cli PROPERTIES LABELS "tp" TIMEOUT 600)
 endif()
+
+# The OpenAI-compatible server (issue 10), label "serve": the official
+# `openai` client (tools/requirements.txt) against `servelab serve` —
+# completions and chat, streaming, 64 concurrent clients against offline
+# generation, errors, disconnects, a bounded HTTP fuzz run, SIGTERM.
+if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
+  add_test(NAME serve_openai_client
+    COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_openai_server.py
+            --servelab $<TARGET_FILE:servelab>)
+  set_tests_properties(serve_openai_client PROPERTIES LABELS "serve" TIMEOUT 600)
+endif()

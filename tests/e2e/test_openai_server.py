@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""test_openai_server.py — `servelab serve` driven by the official `openai` client (issue 10).
+
+Starts the server on a free port with a generated tiny model and checks:
+  * completions and chat completions, whole and streamed (SSE ending in
+    [DONE], usage when asked), stop sequences, seeds;
+  * 64 concurrent clients each receive the text `servelab generate` gives
+    offline for the same prompt, seed and parameters;
+  * errors arrive as the client's exceptions: unknown model (404), bad
+    parameters (400), a missing API key (401);
+  * a client that disconnects mid-stream has its request cancelled;
+  * a bounded fuzz run of malformed HTTP leaves the server alive;
+  * SIGTERM drains and exits 0.
+Usage: test_openai_server.py --servelab build/release/servelab
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import openai
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, servelab, model, extra=()):
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [servelab, "serve", "--model", model, "--port", str(self.port), "--kv-memory",
+             "64MiB", "--served-model-name", "tiny", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=dict(os.environ, OMP_NUM_THREADS="1"))
+        self.url = f"http://127.0.0.1:{self.port}"
+        for _ in range(200):
+            try:
+                urllib.request.urlopen(self.url + "/health", timeout=1)
+                return
+            except OSError:
+                if self.process.poll() is not None:
+                    sys.exit("server exited: " + self.process.stdout.read())
+                time.sleep(0.05)
+        sys.exit("server did not start")
+
+    def client(self, api_key="none"):
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0)
+
+    def metric(self, name):
+        text = urllib.request.urlopen(self.url + "/metrics", timeout=5).read().decode()
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        raise KeyError(name)
+
+    def stop(self):
+        self.process.send_signal(signal.SIGTERM)
+        rc = self.process.wait(timeout=60)
+        assert rc == 0, ("exit status after SIGTERM", rc, self.process.stdout.read())
+
+
+def offline(servelab, model, prompt, seed, temperature, max_tokens):
+    done = subprocess.run(
+        [servelab, "-q", "generate", "--model", model, "--prompt", prompt, "--seed", str(seed),
+         "--temperature", str(temperature), "--max-tokens", str(max_tokens), "--json"],
+        capture_output=True, text=True, check=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return json.loads(done.stdout)["text"]
+
+
+def check_basics(server):
+    client = server.client()
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    whole = client.completions.create(model="tiny", prompt="abc", max_tokens=8, seed=5,
+                                      temperature=0.8)
+    assert whole.choices[0].finish_reason in ("stop", "length")
+    assert whole.usage.completion_tokens >= 1 and whole.usage.prompt_tokens >= 1
+    pieces = []
+    usage = None
+    for chunk in client.completions.create(model="tiny", prompt="abc", max_tokens=8, seed=5,
+                                           temperature=0.8, stream=True,
+                                           stream_options={"include_usage": True}):
+        if chunk.choices:
+            pieces.append(chunk.choices[0].text)
+        if chunk.usage:
+            usage = chunk.usage
+    assert "".join(pieces) == whole.choices[0].text, (pieces, whole.choices[0].text)
+    assert usage.completion_tokens == whole.usage.completion_tokens
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]
+    chat = client.chat.completions.create(model="tiny", messages=messages, max_tokens=6, seed=2)
+    streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model="tiny", messages=messages, max_tokens=6, seed=2, stream=True) if c.choices)
+    assert streamed == chat.choices[0].message.content
+    two = client.completions.create(model="tiny", prompt="abc", max_tokens=6, n=2, seed=9,
+                                    temperature=1.0)
+    assert [c.index for c in two.choices] == [0, 1]
+    # A stop sequence: take a piece of an unconstrained output and stop on it.
+    free = client.completions.create(model="tiny", prompt="xyz", max_tokens=12, seed=1).choices[0].text
+    if len(free) > 4:
+        stop = free[2:4]
+        cut = client.completions.create(model="tiny", prompt="xyz", max_tokens=12, seed=1,
+                                        stop=[stop]).choices[0]
+        assert stop not in cut.text and cut.finish_reason == "stop", (free, stop, cut)
+    print("  completions, chat, streaming, n = 2, stop: ok")
+
+
+def check_errors(server):
+    client = server.client()
+    for call, error in [
+        (lambda: client.completions.create(model="gpt-4", prompt="a"), openai.NotFoundError),
+        (lambda: client.completions.create(model="tiny", prompt="a", temperature=5),
+         openai.BadRequestError),
+        (lambda: client.completions.create(model="tiny", prompt="", max_tokens=3),
+         openai.BadRequestError),
+        (lambda: client.completions.create(model="tiny", prompt="a", max_tokens=10 ** 7),
+         openai.BadRequestError),
+        (lambda: client.chat.completions.create(model="tiny", messages=[]), openai.BadRequestError),
+    ]:
+        try:
+            call()
+            sys.exit(f"accepted a bad request, expected {error.__name__}")
+        except error as e:
+            assert e.body and "message" in e.body, e.body
+    print("  errors: 404, 400 as the client's exceptions: ok")
+
+
+def check_concurrent(server, servelab, model, num_clients=64):
+    rng = random.Random(7)
+    jobs = [("".join(rng.choice("abcdefgh ") for _ in range(rng.randint(3, 40))),
+             rng.randint(0, 10 ** 6), rng.choice([0.0, 0.7, 1.0]), rng.randint(1, 16))
+            for _ in range(num_clients)]
+
+    def ask(job):
+        prompt, seed, temperature, max_tokens = job
+        response = server.client().completions.create(
+            model="tiny", prompt=prompt, seed=seed, temperature=temperature,
+            max_tokens=max_tokens)
+        return response.choices[0].text
+
+    with concurrent.futures.ThreadPoolExecutor(num_clients) as pool:
+        served = list(pool.map(ask, jobs))
+    for job, text in zip(jobs, served):
+        expected = offline(servelab, model, *job)
+        assert text == expected, (job, text, expected)
+    print(f"  {num_clients} concurrent clients: every text equals offline generation: ok")
+
+
+def check_disconnect(server):
+    before = server.metric("servelab_request_cancelled_total")
+    stream = server.client().completions.create(model="tiny", prompt="abc", max_tokens=3000,
+                                                stream=True)
+    for i, _ in enumerate(stream):
+        if i == 2:
+            break
+    stream.close()
+    for _ in range(100):
+        if server.metric("servelab_request_cancelled_total") > before:
+            print("  a disconnected stream is cancelled: ok")
+            return
+        time.sleep(0.05)
+    sys.exit("the disconnected client's request was not cancelled")
+
+
+def check_fuzz(server, rounds=300):
+    rng = random.Random(11)
+    bodies = [b"", b"{", b"[]", b"null", b'{"model": 1}', b'{"model": "tiny", "prompt": {}}',
+              b'{"model": "tiny", "prompt": "a", "max_tokens": -1}',
+              b'{"model": "tiny", "messages": [{"role": "user", "content": 5}]}',
+              "\u00ff\u0000".encode(), b'{"model": "tiny", "prompt": "a", "n": 1e99}']
+    for i in range(rounds):
+        body = rng.choice(bodies)
+        if rng.random() < 0.5:
+            body = bytes(b ^ rng.randrange(256) if rng.random() < 0.1 else b for b in body)
+        path = rng.choice(["/v1/completions", "/v1/chat/completions", "/v1/models", "/x"])
+        head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body) + rng.choice([0, 0, 5, -1])}\r\n\r\n"
+        if rng.random() < 0.1:
+            head = "".join(chr(rng.randrange(32, 127)) for _ in range(rng.randint(1, 80))) + "\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+            try:
+                s.sendall(head.encode() + body)
+                s.shutdown(socket.SHUT_WR)
+                s.recv(65536)
+            except OSError:
+                pass
+    urllib.request.urlopen(server.url + "/health", timeout=5)
+    check_basics(server)
+    print(f"  {rounds} malformed requests, the server still answers: ok")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--servelab", required=True)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        model = os.path.join(folder, "tiny.gguf")
+        subprocess.run([args.servelab, "-q", "make-tiny-model", "-o", model, "--seed", "3",
+                        "--context", "4096"],
+                       check=True)
+        server = Server(args.servelab, model)
+        try:
+            check_basics(server)
+            check_errors(server)
+            check_concurrent(server, args.servelab, model)
+            check_disconnect(server)
+            check_fuzz(server)
+        finally:
+            server.stop()
+        print("  SIGTERM: drained and exited 0: ok")
+        keyed = Server(args.servelab, model, ["--api-key", "secret"])
+        try:
+            try:
+                keyed.client("wrong").models.list()
+                sys.exit("a wrong API key was accepted")
+            except openai.AuthenticationError:
+                pass
+            assert keyed.client("secret").models.list().data[0].id == "tiny"
+            print("  API key: ok")
+        finally:
+            keyed.stop()
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
