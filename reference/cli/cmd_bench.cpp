@@ -78,10 +78,11 @@ void add_bench_command(CLI::App& app) {
     add_bench_throughput_command(*cmd);
     add_bench_speculative_command(*cmd);
     add_bench_allreduce_command(*cmd);
+    add_bench_serve_command(*cmd);
     cmd->callback([opts, cmd] {
         // A subcommand did the work.
         if (cmd->got_subcommand("throughput") || cmd->got_subcommand("speculative") ||
-            cmd->got_subcommand("allreduce")) {
+            cmd->got_subcommand("allreduce") || cmd->got_subcommand("serve")) {
             return;
         }
         Model model = opts->model.load();

@@ -16,6 +16,7 @@ void add_bench_command(CLI::App& app);                // prefill/decode throughp
 void add_bench_throughput_command(CLI::App& bench);   // `bench throughput`: a trace (Lab 5)
 void add_bench_speculative_command(CLI::App& bench);  // `bench speculative`: drafters (Lab 6)
 void add_bench_allreduce_command(CLI::App& bench);    // `bench allreduce`: a TP back end (Lab 7)
+void add_bench_serve_command(CLI::App& bench);        // `bench serve`: a trace against a server
 void add_logits_command(CLI::App& app);               // raw logits of a prompt (oracle tests)
 void add_make_tiny_model_command(CLI::App& app);      // random small llama GGUF
 void add_devices_command(CLI::App& app);              // CPU threads, CUDA GPUs

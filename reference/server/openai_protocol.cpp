@@ -196,6 +196,8 @@ ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const Protoc
     request.max_tokens_given =
         field(body, "max_tokens") != nullptr || field(body, "max_completion_tokens") != nullptr;
     p.stop_strings = stop_strings(body);
+    // An extension vLLM and llama.cpp share: benchmarks fix the output length.
+    p.ignore_eos = boolean(body, "ignore_eos");
     request.n = int32_t(integer(body, "n", 1, 1, limits.max_n));
     request.stream = boolean(body, "stream");
     if (const nlohmann::json* options = field(body, "stream_options")) {
