@@ -9,7 +9,7 @@ PYTHON := .venv/bin/python
 MODEL := data/models/SmolLM2-135M-Instruct.Q4_1.gguf
 QUESTION ?= What is the capital of France? Answer in one sentence.
 
-.PHONY: run test setup build build-fuzz model goldens grade skeletons bench clean
+.PHONY: run test setup build build-fuzz model goldens grade skeletons bench serve-report clean
 
 setup:
 	@bash tools/setup.sh
@@ -51,6 +51,13 @@ grade: setup
 
 bench: build
 	@build/release/servelab bench --model $(MODEL)
+
+# servelab serve against llama.cpp's OpenAI-compatible server, one trace at
+# several request rates (installs llama-cpp-python on first use: it builds
+# llama.cpp from source, several minutes). ARGS=... passes options through,
+# e.g. ARGS="--rates 1 2 --repetitions 3".
+serve-report: build
+	@$(PYTHON) tools/serve_side_by_side.py $(ARGS)
 
 # Regenerate labs/labNN_<name>/student/ from the reference's solution regions.
 skeletons:

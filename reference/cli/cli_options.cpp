@@ -52,6 +52,10 @@ void SamplingOptions::add_to(CLI::App& command) {
     command.add_option("--seed", params.seed, "random seed of this request")->capture_default_str();
     command.add_option("--stop", stop_strings, "stop string (repeatable)");
     command.add_flag("--ignore-eos", params.ignore_eos, "do not stop at end-of-generation tokens");
+    command
+        .add_option("--min-tokens", params.min_tokens,
+                    "end-of-generation and stop tokens do not stop before this many tokens")
+        ->capture_default_str();
 }
 
 SamplingParams SamplingOptions::resolve() const {

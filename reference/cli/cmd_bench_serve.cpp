@@ -2,15 +2,19 @@
 //
 // Part of the serving layer (issue 10, chapter 11.7). The client side of a
 // serving benchmark, as vLLM's benchmark_serving does it: each request of a
-// trace (data/traces/, lengths only) is sent to POST /v1/completions as
-// token ids, streamed, with ignore_eos so it generates exactly its output
-// length, at its arrival time (a Poisson process of --request-rate, or all
+// trace (data/traces/, lengths only) is sent to POST /v1/completions,
+// streamed, with min_tokens = max_tokens so it generates exactly its output
+// length (vLLM, llama.cpp and servelab all honour min_tokens), at its
+// arrival time (a Poisson process of --request-rate, or all
 // at once) and at most --max-concurrency at a time. From the stream's
 // arrival times it computes, per request and pooled (serving_metrics.h):
 // TTFT, TPOT, ITL and end-to-end latency, and overall request and token
 // throughput and goodput (requests per second that met the --slo-ttft-ms
 // and --slo-tpot-ms targets). The same command measures servelab and any
-// other server (llama.cpp's) on the same model and machine.
+// other server (llama.cpp's) on the same model and machine. Prompts are
+// text by default (trace_prompt_text: one common word per SmolLM2 token, so
+// servers that take no token ids get the same work) or, with
+// --prompt-format ids, the token ids themselves.
 #include <fmt/format.h>
 #include <httplib.h>
 #include <spdlog/spdlog.h>
@@ -39,14 +43,16 @@ struct BenchServeOptions {
     std::string api_key;
     std::string trace = "data/traces/sharegpt_like.jsonl";
     int64_t limit = 32;
-    double request_rate = 0;      // requests/s; 0 = all at once
-    int64_t max_concurrency = 0;  // 0 = unlimited
-    int64_t vocab_size = 49152;   // SmolLM2's: the prompts are random ids below it
-    int64_t max_prompt = 0;       // caps, 0 = the trace's lengths
+    double request_rate = 0;             // requests/s; 0 = all at once
+    int64_t max_concurrency = 0;         // 0 = unlimited
+    std::string prompt_format = "text";  // or "ids"
+    int64_t vocab_size = 49152;          // ids: random ids below SmolLM2's vocabulary size
+    int64_t max_prompt = 0;              // caps, 0 = the trace's lengths
     int64_t max_output = 0;
     double slo_ttft_ms = 1000;
     double slo_tpot_ms = 100;
     uint64_t seed = 0;
+    uint64_t prompt_seed = 0;
     bool json = false;
 };
 
@@ -103,15 +109,16 @@ std::string first_model(const BenchServeOptions& opts) {
 }
 
 // Sends one request and reads its stream; times are taken as bytes arrive.
+// `prompt` is a string or a list of token ids, `prompt_tokens` its length.
 Outcome send_one(const BenchServeOptions& opts, const std::string& model,
-                 const std::vector<TokenId>& prompt, int64_t max_tokens) {
+                 const nlohmann::json& prompt, int64_t prompt_tokens, int64_t max_tokens) {
     Outcome outcome;
-    outcome.prompt_tokens = int64_t(prompt.size());
+    outcome.prompt_tokens = prompt_tokens;
     const nlohmann::json body = {{"model", model},
                                  {"prompt", prompt},
                                  {"max_tokens", max_tokens},
+                                 {"min_tokens", max_tokens},
                                  {"temperature", 0},
-                                 {"ignore_eos", true},
                                  {"stream", true},
                                  {"stream_options", {{"include_usage", true}}}};
     httplib::Client client(opts.url);
@@ -125,6 +132,7 @@ Outcome send_one(const BenchServeOptions& opts, const std::string& model,
     std::string pending;
     int64_t chunks_with_text = 0;
     int64_t usage_tokens = -1;
+    std::string finish_reason;
     const Clock::time_point start = Clock::now();
     Clock::time_point last = start;
     request.content_receiver = [&](const char* data, size_t length, uint64_t, uint64_t) {
@@ -142,6 +150,9 @@ Outcome send_one(const BenchServeOptions& opts, const std::string& model,
             }
             if (!chunk.contains("choices") || chunk["choices"].empty()) continue;
             const nlohmann::json& choice = chunk["choices"][0];
+            if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) {
+                finish_reason = choice["finish_reason"].get<std::string>();
+            }
             if (!choice.contains("text") || !choice["text"].is_string() ||
                 choice["text"].get<std::string>().empty()) {
                 continue;
@@ -164,9 +175,26 @@ Outcome send_one(const BenchServeOptions& opts, const std::string& model,
         outcome.error = res ? fmt::format("HTTP {}", res->status) : to_string(res.error());
         return outcome;
     }
-    outcome.output_tokens = usage_tokens >= 0 ? usage_tokens : chunks_with_text;
+    // Without a usage chunk (llama.cpp's server sends none), a request that
+    // ran to its length made max_tokens tokens; chunks can hold several
+    // tokens (text held back while it might start a stop string), so they
+    // only count when nothing better is known.
+    if (usage_tokens >= 0) {
+        outcome.output_tokens = usage_tokens;
+    } else if (finish_reason == "length") {
+        outcome.output_tokens = max_tokens;
+    } else {
+        outcome.output_tokens = chunks_with_text;
+    }
     outcome.ok = chunks_with_text > 0;
     if (!outcome.ok) outcome.error = "the stream carried no text";
+    if (outcome.ok && outcome.output_tokens != max_tokens) {
+        outcome.ok = false;
+        outcome.error = fmt::format(
+            "asked for exactly {} tokens (min_tokens = max_tokens), got {} (finish_reason '{}'): "
+            "does the server honour min_tokens?",
+            max_tokens, outcome.output_tokens, finish_reason);
+    }
     return outcome;
 }
 
@@ -189,20 +217,26 @@ void run(const BenchServeOptions& opts) {
                  opts.max_concurrency > 0 ? std::to_string(opts.max_concurrency) : "unlimited");
     const Clock::time_point start = Clock::now();
     for (size_t i = 0; i < trace.size(); ++i) {
-        std::vector<TokenId> prompt = trace_prompt_ids(trace[i], opts.vocab_size);
-        if (opts.max_prompt > 0 && int64_t(prompt.size()) > opts.max_prompt) {
-            prompt.resize(size_t(opts.max_prompt));
+        TraceRequest request = trace[i];
+        if (opts.max_prompt > 0) {
+            request.prompt_tokens = std::min(request.prompt_tokens, opts.max_prompt);
+            request.prefix_tokens = std::min(request.prefix_tokens, request.prompt_tokens);
         }
+        nlohmann::json prompt =
+            opts.prompt_format == "ids"
+                ? nlohmann::json(trace_prompt_ids(request, opts.vocab_size, opts.prompt_seed))
+                : nlohmann::json(trace_prompt_text(request, opts.prompt_seed));
         const int64_t max_tokens = opts.max_output > 0
                                        ? std::min(opts.max_output, trace[i].output_tokens)
                                        : trace[i].output_tokens;
         std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
                                                   std::chrono::duration<double>(arrivals[i])));
         slots.acquire();
-        senders.emplace_back([&, i, prompt = std::move(prompt), max_tokens] {
-            outcomes[i] = send_one(opts, model, prompt, max_tokens);
-            slots.release();
-        });
+        senders.emplace_back(
+            [&, i, prompt = std::move(prompt), max_tokens, prompt_tokens = request.prompt_tokens] {
+                outcomes[i] = send_one(opts, model, prompt, prompt_tokens, max_tokens);
+                slots.release();
+            });
     }
     for (std::thread& sender : senders) sender.join();
     const double duration_s = std::chrono::duration<double>(Clock::now() - start).count();
@@ -232,6 +266,12 @@ void run(const BenchServeOptions& opts) {
         {"url", opts.url},
         {"model", model},
         {"trace", opts.trace},
+        {"prompt_format", opts.prompt_format},
+        {"prompt_seed", opts.prompt_seed},
+        {"max_prompt", opts.max_prompt},
+        {"max_output", opts.max_output},
+        {"prompt_tokens", prompt_tokens},
+        {"output_tokens", output_tokens},
         {"request_rate", opts.request_rate},
         {"max_concurrency", opts.max_concurrency},
         {"num_requests", int64_t(trace.size())},
@@ -294,7 +334,11 @@ void add_bench_serve_command(CLI::App& bench) {
                     "requests in flight at most (0 = no cap)")
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
-    cmd->add_option("--vocab-size", opts->vocab_size, "prompts are random token ids below this")
+    cmd->add_option("--prompt-format", opts->prompt_format,
+                    "text (common words, one SmolLM2 token each) or ids (token ids)")
+        ->check(CLI::IsMember({"text", "ids"}))
+        ->capture_default_str();
+    cmd->add_option("--vocab-size", opts->vocab_size, "ids: prompts are random ids below this")
         ->check(CLI::PositiveNumber)
         ->capture_default_str();
     cmd->add_option("--max-prompt", opts->max_prompt, "cap on prompt tokens (0 = the trace's)")
@@ -306,6 +350,10 @@ void add_bench_serve_command(CLI::App& bench) {
     cmd->add_option("--slo-tpot-ms", opts->slo_tpot_ms, "goodput's TPOT target")
         ->capture_default_str();
     cmd->add_option("--seed", opts->seed, "arrival times' seed")->capture_default_str();
+    cmd->add_option("--prompt-seed", opts->prompt_seed,
+                    "draws other prompts of the same lengths (defeats a server's prefix cache "
+                    "across repeated runs)")
+        ->capture_default_str();
     cmd->add_flag("--json", opts->json, "print one JSON object");
     cmd->callback([opts] { run(*opts); });
 }

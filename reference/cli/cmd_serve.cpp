@@ -1,10 +1,11 @@
 // cmd_serve.cpp — `servelab serve`: the OpenAI-compatible server (issue 10, chapter 11.7).
 //
-// Loads the model, starts the continuous-batching engine on one thread
-// (reference/server/engine_loop.h) and serves HTTP in front of it
-// (reference/server/http_server.h). Binds 127.0.0.1:8000 by default.
-// SIGTERM or SIGINT (Ctrl-C) shuts down gracefully: new requests get 503,
-// admitted ones finish and are answered, then the process exits 0.
+// Loads the model, serves HTTP (reference/server/http_server.h) from a
+// thread pool and runs the continuous-batching engine loop
+// (reference/server/engine_loop.h) on the main thread, the one that already
+// ran the model's OpenMP work (engine_loop.h says why that matters). Binds 127.0.0.1:8000 by
+// default. SIGTERM or SIGINT (Ctrl-C) shuts down gracefully: new requests get 503, admitted ones
+// finish and are answered, then the process exits 0.
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
@@ -73,10 +74,15 @@ void serve(const ServeOptions& opts) {
         spdlog::info("signal {}: draining (new requests get 503), then exiting", signal);
         server.stop();
     });
-    server.run();
-    // run() also returns if the listener fails; wake the waiter to finish.
+    std::thread listener([&] {
+        server.run();
+        loop.stop();  // the listener failed or was stopped: no more requests can come
+    });
+    loop.run();  // returns after the drain
+    // Wake the waiter if no signal came (the listener failed); stopping twice is harmless.
     pthread_kill(signal_waiter.native_handle(), SIGTERM);
     signal_waiter.join();
+    listener.join();
     spdlog::info("stopped");
 }
 

@@ -43,7 +43,7 @@ size_t StopChecker::held_back_length() const {
 std::optional<FinishReason> StopChecker::push(TokenId token, std::string& text_out) {
     text_out.clear();
     ++num_generated_;
-    if (is_stop_token(token)) {
+    if (num_generated_ > params_.min_tokens && is_stop_token(token)) {
         text_out = finish();
         return FinishReason::kStop;
     }

@@ -1,8 +1,8 @@
 // stop_checker.h — decide when a request is done, and what text may be streamed.
 //
 // Part of the engine (all labs). A request ends on an end-of-generation token
-// (unless ignore_eos), one of its stop token ids, max_tokens, or a stop
-// string. A stop string can span tokens, so text that might be the start of
+// (unless ignore_eos), one of its stop token ids (neither before min_tokens),
+// max_tokens, or a stop string. A stop string can span tokens, so text that might be the start of
 // one is held back from the stream until it is known not to be.
 #pragma once
 

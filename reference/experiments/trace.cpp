@@ -72,12 +72,62 @@ void append_random_ids(std::vector<TokenId>& ids, uint64_t seed, int64_t count,
 
 }  // namespace
 
-std::vector<TokenId> trace_prompt_ids(const TraceRequest& r, int64_t vocab_size) {
+std::vector<TokenId> trace_prompt_ids(const TraceRequest& r, int64_t vocab_size, uint64_t salt) {
+    const uint64_t salt_bits = salt * 0x9E3779B97F4A7C15ull;  // spreads small salts over all bits
     std::vector<TokenId> ids;
-    append_random_ids(ids, 0x9000 + uint64_t(r.prefix_group), r.prefix_tokens, vocab_size);
-    append_random_ids(ids, (uint64_t(1) << 40) + uint64_t(r.id), r.prompt_tokens - r.prefix_tokens,
+    append_random_ids(ids, (0x9000 + uint64_t(r.prefix_group)) ^ salt_bits, r.prefix_tokens,
                       vocab_size);
+    append_random_ids(ids, ((uint64_t(1) << 40) + uint64_t(r.id)) ^ salt_bits,
+                      r.prompt_tokens - r.prefix_tokens, vocab_size);
     return ids;
+}
+
+namespace {
+
+// Each is one SmolLM2 token with its leading space (tests/unit/trace_test.cpp
+// checks this with the model's tokenizer).
+constexpr const char* kPromptWords[] = {
+    "the",     "of",      "and",     "to",         "in",      "is",        "was",       "for",
+    "on",      "that",    "with",    "as",         "by",      "at",        "from",      "his",
+    "her",     "it",      "an",      "were",       "are",     "which",     "this",      "be",
+    "or",      "has",     "had",     "not",        "but",     "also",      "their",     "they",
+    "one",     "its",     "first",   "new",        "after",   "who",       "two",       "been",
+    "more",    "other",   "all",     "time",       "into",    "she",       "when",      "there",
+    "during",  "only",    "over",    "years",      "would",   "most",      "some",      "up",
+    "him",     "then",    "many",    "year",       "can",     "may",       "later",     "out",
+    "about",   "where",   "while",   "three",      "both",    "used",      "made",      "being",
+    "these",   "through", "between", "under",      "well",    "so",        "such",      "city",
+    "until",   "part",    "people",  "world",      "before",  "war",       "since",     "them",
+    "school",  "known",   "we",      "state",      "back",    "around",    "called",    "name",
+    "film",    "second",  "same",    "long",       "high",    "each",      "including", "however",
+    "several", "because", "down",    "early",      "if",      "against",   "life",      "family",
+    "way",     "house",   "work",    "last",       "area",    "could",     "took",      "along",
+    "than",    "how",     "what",    "four",       "did",     "any",       "small",     "five",
+    "make",    "public",  "own",     "still",      "found",   "end",       "among",     "will",
+    "great",   "season",  "album",   "set",        "played",  "form",      "united",    "use",
+    "group",   "local",   "based",   "government", "like",    "team",      "system",    "much",
+    "just",    "another", "old",     "became",     "best",    "following", "without",   "death",
+    "even",    "main",    "must",    "due",        "large",   "american",  "song",      "number",
+    "home",    "young",   "place",   "very",       "power",   "within",    "series",    "few",
+    "often",   "next",    "general", "music",      "book",    "show",      "different", "do",
+    "day",     "water",   "light",   "land",       "order",   "point",     "case",      "line",
+    "hand",    "story",   "church",  "party",      "given",   "right",     "game",      "important",
+    "history", "major",   "human",   "body",       "country",
+};
+
+}  // namespace
+
+int64_t trace_prompt_vocabulary_size() {
+    return int64_t(std::size(kPromptWords));
+}
+
+std::string trace_prompt_text(const TraceRequest& r, uint64_t salt) {
+    std::string text;
+    for (const TokenId word : trace_prompt_ids(r, trace_prompt_vocabulary_size(), salt)) {
+        text += ' ';
+        text += kPromptWords[word];
+    }
+    return text;
 }
 
 std::vector<double> poisson_arrivals_s(int64_t count, double rate, uint64_t seed) {

@@ -33,7 +33,20 @@ std::vector<TraceRequest> load_trace(const std::string& path);
 // prefix_group — so requests of one group share their first prefix_tokens
 // ids and every run draws the same prompts. These measure the cache and the
 // work, not the text (generate with ignore_eos to get output_tokens tokens).
-std::vector<TokenId> trace_prompt_ids(const TraceRequest& request, int64_t vocab_size);
+// A nonzero `salt` draws a different set of prompts (same lengths, same
+// sharing), so repeated runs against one server do not hit its prefix cache.
+std::vector<TokenId> trace_prompt_ids(const TraceRequest& request, int64_t vocab_size,
+                                      uint64_t salt = 0);
+
+// The same prompt as text, for servers that take only text (llama.cpp's):
+// one word per id, each " word" from a list of common English words that
+// SmolLM2's tokenizer (GPT-2-style BPE, which splits text before each space)
+// turns into exactly one token. So the text is prompt_tokens tokens long for
+// that model and any sharing its vocabulary; other tokenizers may count
+// differently.
+std::string trace_prompt_text(const TraceRequest& request, uint64_t salt = 0);
+// How many words trace_prompt_text draws from.
+int64_t trace_prompt_vocabulary_size();
 
 // Arrival times in seconds from the start: a Poisson process of `rate`
 // requests/s (exponential gaps, seeded), or all 0 for rate <= 0 (every

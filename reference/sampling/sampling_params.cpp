@@ -27,6 +27,10 @@ void SamplingParams::validate() const {
         throw Error(fmt::format("repetition_window must be >= 0 (got {})", repetition_window));
     }
     if (max_tokens < 1) throw Error(fmt::format("max_tokens must be >= 1 (got {})", max_tokens));
+    if (min_tokens < 0 || min_tokens > max_tokens) {
+        throw Error(fmt::format("min_tokens must be in [0, max_tokens = {}] (got {})", max_tokens,
+                                min_tokens));
+    }
     if (num_speculative_tokens < 0 || num_speculative_tokens > kMaxSpeculativeTokens) {
         throw Error(fmt::format("num_speculative_tokens must be in [0, {}] (got {})",
                                 kMaxSpeculativeTokens, num_speculative_tokens));

@@ -29,6 +29,10 @@ struct SamplingParams {
     std::vector<TokenId> stop_token_ids;    // besides the model's end-of-generation tokens
     std::vector<std::string> stop_strings;  // generation ends before the first match
     bool ignore_eos = false;                // keep going past end-of-generation tokens
+    // End-of-generation and stop token ids do not end the request before this
+    // many tokens (vLLM's min_tokens; serving benchmarks set it to max_tokens
+    // to fix the output length). Stop strings and max_tokens still apply.
+    int32_t min_tokens = 0;
     // Speculative decoding (Lab 6): up to this many drafted tokens verified
     // per step (K); 0 = off. `drafter` names one of the engine's drafters
     // ("ngram" always exists; empty = the engine's default). Speculation

@@ -34,11 +34,6 @@ void RequestStream::push(StreamEvent event) {
 EngineLoop::EngineLoop(Engine& engine, const EngineLoopConfig& config)
     : engine_(engine), config_(config) {
     stats_.num_kv_blocks = engine.kv().cache().num_blocks();
-    thread_ = std::thread([this] { run(); });
-}
-
-EngineLoop::~EngineLoop() {
-    stop();
 }
 
 std::shared_ptr<RequestStream> EngineLoop::submit(std::vector<TokenId> prompt,
@@ -68,7 +63,6 @@ void EngineLoop::stop() {
         stopping_ = true;
     }
     wake_.notify_one();
-    if (thread_.joinable()) thread_.join();
 }
 
 EngineLoopStats EngineLoop::stats() const {

@@ -1,4 +1,4 @@
-// engine_loop.h — one thread that owns the Engine, fed by many HTTP handlers.
+// engine_loop.h — the one thread that owns the Engine, fed by many HTTP handlers.
 //
 // Part of the serving layer (issue 10, chapter 11.7). The Engine is not
 // thread-safe, and it should not be: continuous batching wants every request
@@ -12,8 +12,17 @@
 //
 // The waiting queue is bounded: submit() refuses (QueueFull) when it holds
 // max_waiting requests, so an overloaded server answers 503 at once instead
-// of letting latency grow without bound. stop() stops admitting, lets the
-// running requests finish, and joins the thread (SIGTERM's drain).
+// of letting latency grow without bound. stop() stops admitting; run()
+// returns once the admitted requests have finished (SIGTERM's drain).
+//
+// The loop runs on the thread that calls run(), and `servelab serve` calls
+// it from the main thread, the one that loaded the model. That choice is
+// about OpenMP, not HTTP: the kernels open a few hundred parallel regions
+// per step, and libgomp lets a team started from a second thread (once the
+// main thread has a team of its own, and the threads outnumber the cores)
+// spin only briefly before it sleeps, so every region pays a wake-up. On
+// the 2-core machine a region cost 8 µs from the main thread and 130 µs from
+// another, which made a decode step 3× slower (docs/perf.md, "Serving").
 #pragma once
 
 #include <chrono>
@@ -25,7 +34,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "reference/common/error.h"
@@ -92,9 +100,9 @@ struct EngineLoopStats {
 
 class EngineLoop {
   public:
-    // Starts the engine thread. The engine must outlive the loop.
+    // The engine must outlive the loop; run() must have returned before the
+    // loop is destroyed.
     EngineLoop(Engine& engine, const EngineLoopConfig& config);
-    ~EngineLoop();  // stop()
     EngineLoop(const EngineLoop&) = delete;
     EngineLoop& operator=(const EngineLoop&) = delete;
 
@@ -103,7 +111,12 @@ class EngineLoop {
     // the stream reports as its end (error set).
     std::shared_ptr<RequestStream> submit(std::vector<TokenId> prompt,
                                           const SamplingParams& params);
-    // Stops admitting, runs every admitted request to its end, joins.
+    // The engine thread's body: admits submissions, cancels abandoned
+    // requests, steps the engine; sleeps when there is nothing to compute.
+    // Returns after stop(), once every admitted request has finished.
+    void run();
+    // Stops admitting (submit throws QueueFull from now on) and tells run()
+    // to return when the admitted requests are done. Does not wait.
     void stop();
     EngineLoopStats stats() const;
 
@@ -113,7 +126,6 @@ class EngineLoop {
         SamplingParams params;
         std::shared_ptr<RequestStream> stream;
     };
-    void run();
     void admit(Submission& submission);
     // Cancels the requests whose clients left; true if there were any.
     bool cancel_abandoned();
@@ -127,7 +139,6 @@ class EngineLoop {
         live_;  // by engine id: admitted, not finished
     bool stopping_ = false;
     EngineLoopStats stats_;
-    std::thread thread_;
 };
 
 }  // namespace servelab

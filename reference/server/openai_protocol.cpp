@@ -198,6 +198,7 @@ ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const Protoc
     p.stop_strings = stop_strings(body);
     // An extension vLLM and llama.cpp share: benchmarks fix the output length.
     p.ignore_eos = boolean(body, "ignore_eos");
+    p.min_tokens = int32_t(integer(body, "min_tokens", 0, 0, p.max_tokens));
     request.n = int32_t(integer(body, "n", 1, 1, limits.max_n));
     request.stream = boolean(body, "stream");
     if (const nlohmann::json* options = field(body, "stream_options")) {

@@ -10,9 +10,10 @@
 // ids) and /v1/chat/completions (messages with string or text-part
 // content); temperature, top_p, top_k, min_p, max_tokens (or
 // max_completion_tokens), stop, seed, n, stream, stream_options.include_usage,
-// repetition_penalty, ignore_eos (an extension, as in vLLM and llama.cpp). Fields that would change
-// the output in ways the engine cannot honour (logprobs, nonzero presence/frequency penalties,
-// logit_bias, tools) are refused, never silently ignored.
+// and the extensions vLLM also accepts: repetition_penalty, ignore_eos and
+// min_tokens. Fields that would change the output in ways the engine cannot
+// honour (logprobs, nonzero presence/frequency penalties, logit_bias, tools)
+// are refused, never silently ignored.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -106,12 +106,16 @@ def check_basics(server):
     assert [c.index for c in two.choices] == [0, 1]
     # A stop sequence: take a piece of an unconstrained output and stop on it.
     free = client.completions.create(model="tiny", prompt="xyz", max_tokens=12, seed=1).choices[0].text
-    if len(free) > 4:
-        stop = free[2:4]
-        cut = client.completions.create(model="tiny", prompt="xyz", max_tokens=12, seed=1,
-                                        stop=[stop]).choices[0]
-        assert stop not in cut.text and cut.finish_reason == "stop", (free, stop, cut)
-    print("  completions, chat, streaming, n = 2, stop: ok")
+    assert len(free) > 4, f"the fixed tiny model and seed give a longer text: {free!r}"
+    stop = free[2:4]
+    cut = client.completions.create(model="tiny", prompt="xyz", max_tokens=12, seed=1,
+                                    stop=[stop]).choices[0]
+    assert stop not in cut.text and cut.finish_reason == "stop", (free, stop, cut)
+    # min_tokens = max_tokens (an extension, sent as the client's extra_body) fixes the length.
+    fixed = client.completions.create(model="tiny", prompt="xyz", max_tokens=10, seed=3,
+                                      extra_body={"min_tokens": 10})
+    assert fixed.usage.completion_tokens == 10 and fixed.choices[0].finish_reason == "length"
+    print("  completions, chat, streaming, n = 2, stop, min_tokens: ok")
 
 
 def check_errors(server):
@@ -197,6 +201,26 @@ def check_fuzz(server, rounds=300):
     print(f"  {rounds} malformed requests, the server still answers: ok")
 
 
+def check_bench_serve(server, servelab):
+    # The serving benchmark against this server, in both prompt formats: every request
+    # must come back with exactly its (capped) trace length, or bench serve exits non-zero.
+    trace = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "traces",
+                         "sharegpt_like.jsonl")
+    rows = [json.loads(line) for line in open(trace)][:6]
+    for prompt_format in ("text", "ids"):
+        done = subprocess.run(
+            [servelab, "-q", "bench", "serve", "--url", server.url, "--trace", trace, "--limit", "6",
+             "--max-prompt", "16", "--max-output", "5", "--request-rate", "50", "--json",
+             "--prompt-format", prompt_format, "--vocab-size", "256"],
+            capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["completed"] == 6 and report["failed"] == 0, report
+        assert report["output_tokens"] == sum(min(r["output_tokens"], 5) for r in rows), report
+        assert report["ttft_ms"]["p99"] > 0 and report["e2e_ms"]["p99"] >= report["ttft_ms"]["p99"]
+    print("  bench serve (text and ids prompts): ok")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--servelab", required=True)
@@ -211,6 +235,7 @@ def main():
             check_basics(server)
             check_errors(server)
             check_concurrent(server, args.servelab, model)
+            check_bench_serve(server, args.servelab)
             check_disconnect(server)
             check_fuzz(server)
         finally:

@@ -29,6 +29,9 @@
 #                                   all-reduce latency and bandwidth per back end (threads, MPI) and
 #                                   their alpha-beta fit; predicted against measured all-reduce time;
 #                                   decode step against N; predicted 7B/70B steps on NVLink and PCIe
+#   notebook_serving_latency        TTFT/TPOT/E2E percentiles, throughput and goodput against the
+#                                   request rate (tools/serve_side_by_side.py; small mode: servelab
+#                                   alone on a tiny model, no llama.cpp)
 
 set(servelab_notebooks_ready FALSE)
 if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
@@ -55,7 +58,8 @@ if(servelab_notebooks_ready)
     "SERVELAB_ROOT=${CMAKE_SOURCE_DIR}"
     "OMP_NUM_THREADS=1")
   foreach(notebook lab01_naive_decoding lab02_kv_cache lab03_kv_compression lab04_paged_attention
-                  lab05_continuous_batching lab06_speculative_decoding lab07_tensor_parallelism)
+                  lab05_continuous_batching lab06_speculative_decoding lab07_tensor_parallelism
+                  serving_latency)
     add_test(NAME notebook_${notebook}
       COMMAND ${SERVELAB_PYTHON} -m jupyter nbconvert --to notebook --execute
               --ExecutePreprocessor.timeout=240

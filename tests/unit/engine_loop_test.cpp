@@ -39,11 +39,28 @@ class EngineLoopTest : public test::TinyModelTest {
     }
 };
 
+// The loop on a thread of its own, as the server's main thread would run it.
+class LoopThread {
+  public:
+    explicit LoopThread(EngineLoop& loop) : loop_(loop), thread_([&loop] { loop.run(); }) {}
+    ~LoopThread() { finish(); }
+    // stop(), then wait for the drain.
+    void finish() {
+        loop_.stop();
+        if (thread_.joinable()) thread_.join();
+    }
+
+  private:
+    EngineLoop& loop_;
+    std::thread thread_;
+};
+
 TEST_F(EngineLoopTest, ConcurrentSubmittersGetTheTokensOfTheirRequestAlone) {
     EngineConfig config;
     config.scheduler.max_num_batched_tokens = 32;
     Engine engine(*model_, *runner_, config);
     EngineLoop loop(engine, {});
+    LoopThread engine_thread(loop);
     const int num_clients = 16;
     std::vector<std::vector<TokenId>> prompts;
     std::vector<SamplingParams> params(num_clients);
@@ -77,6 +94,7 @@ TEST_F(EngineLoopTest, ConcurrentSubmittersGetTheTokensOfTheirRequestAlone) {
 TEST_F(EngineLoopTest, ACancelledStreamEndsAsCancelledAndFreesItsBlocks) {
     Engine engine(*model_, *runner_, EngineConfig{});
     EngineLoop loop(engine, {});
+    LoopThread engine_thread(loop);
     SamplingParams params;
     params.max_tokens = 200;
     params.ignore_eos = true;
@@ -93,7 +111,7 @@ TEST_F(EngineLoopTest, ACancelledStreamEndsAsCancelledAndFreesItsBlocks) {
     ASSERT_TRUE(end.result.has_value());
     EXPECT_EQ(end.result->finish_reason, FinishReason::kCancelled);
     EXPECT_LT(end.result->tokens.size(), 200u);
-    loop.stop();
+    engine_thread.finish();
     EXPECT_EQ(loop.stats().total_cancelled, 1);
     EXPECT_EQ(loop.stats().num_running, 0);
 }
@@ -103,6 +121,7 @@ TEST_F(EngineLoopTest, AFullQueueRefusesAtOnceAndStopDrainsTheAdmitted) {
     config.scheduler.max_num_seqs = 1;  // one runs, the others wait
     Engine engine(*model_, *runner_, config);
     EngineLoop loop(engine, {.max_waiting = 3});
+    LoopThread engine_thread(loop);
     SamplingParams params;
     params.max_tokens = 40;
     params.ignore_eos = true;
@@ -130,6 +149,7 @@ TEST_F(EngineLoopTest, AFullQueueRefusesAtOnceAndStopDrainsTheAdmitted) {
 TEST_F(EngineLoopTest, BadParametersEndTheStreamWithTheEnginesError) {
     Engine engine(*model_, *runner_, EngineConfig{});
     EngineLoop loop(engine, {});
+    LoopThread engine_thread(loop);
     SamplingParams params;
     params.max_tokens = 4;
     std::vector<TokenId> prompt = {TokenId(model_->config.vocab_size + 5)};

@@ -77,6 +77,25 @@ TEST_F(GeneratorTest, StopsAtStopTokenAndIncludesIt) {
     EXPECT_EQ(stopped.finish_reason, FinishReason::kStop);
 }
 
+TEST_F(GeneratorTest, MinTokensHoldsStopTokensBackUntilReached) {
+    SCOPED_TRACE(random_.trace());
+    SamplingParams params;
+    params.max_tokens = 8;
+    params.ignore_eos = true;
+    const auto free_run = run(params);
+    // Every generated token is a stop token: without min_tokens the request
+    // would end after one token.
+    params.stop_token_ids = free_run.tokens;
+    params.min_tokens = 5;
+    const auto held = run(params);
+    EXPECT_EQ(held.tokens.size(), 6u) << "tokens 1..5 may not stop, the 6th may";
+    EXPECT_EQ(held.finish_reason, FinishReason::kStop);
+    params.min_tokens = params.max_tokens;
+    const auto full = run(params);
+    EXPECT_EQ(full.tokens, free_run.tokens);
+    EXPECT_EQ(full.finish_reason, FinishReason::kLength);
+}
+
 TEST_F(GeneratorTest, StopStringTruncatesTextAndStreamMatches) {
     SCOPED_TRACE(random_.trace());
     SamplingParams params;

@@ -47,6 +47,11 @@ TEST(OpenAiProtocol, ACompletionRequestMapsToTheEnginesParameters) {
     EXPECT_EQ(ids.prompt_ids, (std::vector<TokenId>{1, 2, 999}));
     EXPECT_EQ(ids.params.max_tokens, 16) << "OpenAI's default for completions";
     EXPECT_FALSE(ids.max_tokens_given);
+    const ApiRequest fixed_length = parse_api_request(
+        nlohmann::json::parse(
+            R"({"model": "smollm2", "prompt": "x", "max_tokens": 9, "min_tokens": 9})"),
+        false, kLimits);
+    EXPECT_EQ(fixed_length.params.min_tokens, 9);
 }
 
 TEST(OpenAiProtocol, AChatRequestTakesStringAndTextPartContent) {
@@ -84,6 +89,9 @@ TEST(OpenAiProtocol, BadFieldsGetA4xxNamingTheField) {
         {R"({"model": "smollm2", "prompt": "x", "max_tokens": 1.5})", false, 400, "max_tokens"},
         {R"({"model": "smollm2", "prompt": "x", "max_tokens": 99999})", false, 400, "max_tokens"},
         {R"({"model": "smollm2", "prompt": "x", "n": 100})", false, 400, "n"},
+        {R"({"model": "smollm2", "prompt": "x", "min_tokens": -1})", false, 400, "min_tokens"},
+        {R"({"model": "smollm2", "prompt": "x", "max_tokens": 4, "min_tokens": 5})", false, 400,
+         "min_tokens"},
         {R"({"model": "smollm2", "prompt": "x", "stop": [1]})", false, 400, "stop"},
         {R"({"model": "smollm2", "prompt": "x", "stop": ["a","b","c","d","e"]})", false, 400,
          "stop"},
