@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import openai
@@ -135,7 +136,17 @@ def check_errors(server):
             sys.exit(f"accepted a bad request, expected {error.__name__}")
         except error as e:
             assert e.body and "message" in e.body, e.body
-    print("  errors: 404, 400 as the client's exceptions: ok")
+    # A body over --max-body-bytes (default 1 MiB): 413 with an OpenAI-style body, not a crash.
+    huge = json.dumps({"model": "tiny", "prompt": "a" * (2 << 20)}).encode()
+    request = urllib.request.Request(server.url + "/v1/completions", data=huge,
+                                      headers={"Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(request, timeout=30)
+        sys.exit("accepted a 2 MiB body")
+    except urllib.error.HTTPError as e:
+        assert e.code == 413, e.code
+        assert "message" in json.loads(e.read())["error"]
+    print("  errors: 404, 400 as the client's exceptions; 413 for a 2 MiB body: ok")
 
 
 def check_concurrent(server, servelab, model, num_clients=64):
