@@ -21,8 +21,9 @@
 // per step, and libgomp lets a team started from a second thread (once the
 // main thread has a team of its own, and the threads outnumber the cores)
 // spin only briefly before it sleeps, so every region pays a wake-up. On
-// the 2-core machine a region cost 8 µs from the main thread and 130 µs from
-// another, which made a decode step 3× slower (docs/perf.md, "Serving").
+// the 2-core machine a region cost 3.2 µs from the main thread and 140 µs from
+// another (tests/bench/openmp_region_bench.cpp), which made a decode step 3×
+// slower (docs/perf.md, "Serving").
 #pragma once
 
 #include <chrono>
