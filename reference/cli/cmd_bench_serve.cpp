@@ -21,10 +21,9 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <memory>
-#include <mutex>
+#include <semaphore>
 #include <thread>
 
 #include "reference/cli/commands.h"
@@ -63,28 +62,6 @@ struct Outcome {
     int64_t output_tokens = 0;
     double ttft_ms = 0, e2e_ms = 0;
     std::vector<double> itl_ms;  // gaps between token-bearing chunks
-};
-
-class Semaphore {
-  public:
-    explicit Semaphore(int64_t count) : count_(count) {}
-    void acquire() {
-        std::unique_lock lock(mutex_);
-        free_.wait(lock, [&] { return count_ > 0; });
-        --count_;
-    }
-    void release() {
-        {
-            std::lock_guard lock(mutex_);
-            ++count_;
-        }
-        free_.notify_one();
-    }
-
-  private:
-    std::mutex mutex_;
-    std::condition_variable free_;
-    int64_t count_;
 };
 
 httplib::Headers auth_headers(const BenchServeOptions& opts) {
@@ -208,7 +185,8 @@ void run(const BenchServeOptions& opts) {
     const std::string model = opts.model.empty() ? first_model(opts) : opts.model;
     const std::vector<double> arrivals =
         poisson_arrivals_s(int64_t(trace.size()), opts.request_rate, opts.seed);
-    Semaphore slots(opts.max_concurrency > 0 ? opts.max_concurrency : int64_t(trace.size()));
+    std::counting_semaphore<> slots(
+        std::ptrdiff_t(opts.max_concurrency > 0 ? opts.max_concurrency : int64_t(trace.size())));
     std::vector<Outcome> outcomes(trace.size());
     std::vector<std::thread> senders;
     spdlog::info("bench serve: {} requests of {} to {} ({}), rate {}, concurrency {}", trace.size(),
