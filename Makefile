@@ -9,7 +9,7 @@ PYTHON := .venv/bin/python
 MODEL := data/models/SmolLM2-135M-Instruct.Q4_1.gguf
 QUESTION ?= What is the capital of France? Answer in one sentence.
 
-.PHONY: run test setup build build-fuzz model goldens grade skeletons bench serve-report clean
+.PHONY: run test setup build build-fuzz model goldens grade skeletons bench serve-report cpu-report clean
 
 setup:
 	@bash tools/setup.sh
@@ -58,6 +58,12 @@ bench: build
 # e.g. ARGS="--rates 1 2 --repetitions 3".
 serve-report: build
 	@$(PYTHON) tools/serve_side_by_side.py $(ARGS)
+
+# servelab against llama.cpp in-process on the same GGUF and threads: batch-1
+# decode, 512-token prefill, 16-sequence decode, memory bandwidth (issue 11;
+# installs llama-cpp-python on first use). ARGS=... passes options through.
+cpu-report: build
+	@$(PYTHON) tools/cpu_peer_report.py $(ARGS)
 
 # Regenerate labs/labNN_<name>/student/ from the reference's solution regions.
 skeletons:

@@ -164,6 +164,7 @@ void add_bench_command(CLI::App& app) {
              1000.0 * double(opts->prompt_tokens) / percentile(prefill_ms, 50)},
             {"decode_tokens_per_s",
              decode_steps > 0 ? 1000.0 * decode_steps / percentile(decode_ms, 50) : 0.0},
+            {"weight_bytes_per_token", decode_weight_bytes(model.weights, model.config)},
             {"latency_by_position", latency},
         };
         if (opts->json) {

@@ -108,4 +108,17 @@ int64_t count_parameters(const ModelConfig& c) {
     return c.vocab_size * c.dim + c.num_layers * per_layer + c.dim + head;
 }
 
+int64_t decode_weight_bytes(const ModelWeights& w, const ModelConfig& config) {
+    int64_t floats = config.dim;  // one embedding row
+    for (const LayerWeights& l : w.layers) {
+        for (const std::vector<float>* tensor :
+             {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.q_a_norm, &l.wq_b, &l.wkv_a,
+              &l.kv_a_norm, &l.wkv_b, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) {
+            floats += int64_t(tensor->size());
+        }
+    }
+    floats += int64_t(w.output_norm.size()) + config.vocab_size * config.dim;  // the head
+    return floats * int64_t(sizeof(float));
+}
+
 }  // namespace servelab

@@ -58,4 +58,10 @@ struct ModelWeights {
 // Parameters counted from the config (embedding and head counted once when tied).
 int64_t count_parameters(const ModelConfig& config);
 
+// Bytes of weights one decode step reads for one token, as they are held in
+// memory: every layer's matrices and norms, the final norm, the output head
+// and one embedding row. Batch-1 decode's memory traffic, for the roofline
+// (issue 11, `servelab bench --json`).
+int64_t decode_weight_bytes(const ModelWeights& weights, const ModelConfig& config);
+
 }  // namespace servelab

@@ -1,0 +1,118 @@
+// quant_matmul_test.cpp — projections straight from quantized blocks against
+// the dequantize-then-multiply route.
+//
+// Issue 11. Random block bytes (random codes, random finite scales) for every
+// format the loader knows; the fused kernel, the plain one and matmul() over
+// dequantize_row's floats must agree to float rounding, for token counts that
+// fill whole tiles and leave remainders, and row counts that do not divide
+// the threads' chunks. Outputs are poisoned first, so an unwritten entry fails.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quant_matmul.h"
+#include "tests/unit/test_util.h"
+
+namespace servelab {
+namespace {
+
+void put_fp16(uint8_t* p, float value) {
+    const uint16_t h = float_to_fp16(value);
+    p[0] = uint8_t(h & 0xFF);
+    p[1] = uint8_t(h >> 8);
+}
+
+// A (rows, cols) matrix of `type` with random codes and scales.
+std::vector<uint8_t> random_matrix(test::RandomSource& random, GgmlType type, int64_t rows,
+                                   int64_t cols) {
+    const GgmlTypeTraits traits = ggml_type_traits(type);
+    const int64_t row_bytes = row_size_bytes(type, cols);
+    std::vector<uint8_t> bytes(size_t(rows * row_bytes));
+    for (uint8_t& b : bytes) b = uint8_t(random.integer(0, 255));
+    const int64_t blocks = rows * cols / traits.block_elems;
+    for (int64_t i = 0; i < blocks; ++i) {
+        uint8_t* block = bytes.data() + i * traits.block_bytes;
+        const auto scale = [&] { return random.uniform(1, 0.002f, 0.05f)[0]; };
+        switch (type) {
+            case GgmlType::kQ8_0: put_fp16(block, scale()); break;
+            case GgmlType::kQ4_0: put_fp16(block, scale()); break;
+            case GgmlType::kQ4_1:
+                put_fp16(block, scale());
+                put_fp16(block + 2, random.uniform(1, -0.2f, 0.2f)[0]);
+                break;
+            case GgmlType::kQ4_K:  // d, dmin, then 6-bit scales and codes
+                put_fp16(block, scale());
+                put_fp16(block + 2, scale());
+                break;
+            case GgmlType::kQ6_K:  // codes and scales, then d last
+                put_fp16(block + traits.block_bytes - 2, scale());
+                break;
+            default: break;
+        }
+    }
+    if (type == GgmlType::kF32) {
+        const std::vector<float> values = random.normal(size_t(rows * cols), 0.1f);
+        std::memcpy(bytes.data(), values.data(), bytes.size());
+    }
+    return bytes;
+}
+
+class QuantMatmulTest : public ::testing::TestWithParam<GgmlType> {
+  protected:
+    test::RandomSource random_;
+};
+
+TEST_P(QuantMatmulTest, MatchesDequantizeThenMatmul) {
+    SCOPED_TRACE(random_.trace());
+    const GgmlType type = GetParam();
+    const int64_t block = ggml_type_traits(type).block_elems;
+    for (const int64_t num_tokens : {1, 2, 3, 4, 5, 9}) {
+        const int64_t rows = random_.integer(1, 70);
+        const int64_t cols = block * random_.integer(1, block == 256 ? 3 : 24);
+        const std::vector<uint8_t> bytes = random_matrix(random_, type, rows, cols);
+        const QuantMatrix w{type, bytes.data(), rows, cols, row_size_bytes(type, cols)};
+        const std::vector<float> x = random_.normal(size_t(num_tokens * cols));
+
+        std::vector<float> dense(size_t(rows * cols));
+        for (int64_t r = 0; r < rows; ++r) {
+            dequantize_row(type, bytes.data() + r * w.row_bytes, dense.data() + r * cols, cols);
+        }
+        const float poison = std::numeric_limits<float>::quiet_NaN();
+        std::vector<float> want(size_t(num_tokens * rows), poison);
+        std::vector<float> plain(want.size(), poison), fused(want.size(), poison);
+        matmul_plain(x.data(), dense.data(), want.data(), num_tokens, cols, rows);
+        quant_matmul_plain(x.data(), w, plain.data(), num_tokens);
+        quant_matmul(x.data(), w, fused.data(), num_tokens);
+        double scale = 0;
+        for (float v : want) scale = std::max(scale, double(std::abs(v)));
+        for (size_t i = 0; i < want.size(); ++i) {
+            // Only the summation order differs: a few ulps of the largest output.
+            const double tolerance = 1e-5 * std::max(scale, 1.0) * std::sqrt(double(cols));
+            ASSERT_NEAR(plain[i], want[i], tolerance) << "plain, tokens " << num_tokens << " i " << i;
+            ASSERT_NEAR(fused[i], want[i], tolerance)
+                << "fused, tokens " << num_tokens << ", rows " << rows << ", cols " << cols
+                << ", i " << i;
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFormats, QuantMatmulTest,
+                         ::testing::Values(GgmlType::kQ4_1, GgmlType::kQ4_0, GgmlType::kQ8_0,
+                                           GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kF32),
+                         [](const auto& info) {
+                             return std::string(ggml_type_traits(info.param).name);
+                         });
+
+TEST(QuantMatmul, RefusesARowThatIsNotWholeBlocks) {
+    std::vector<uint8_t> bytes(64);
+    const QuantMatrix w{GgmlType::kQ4_1, bytes.data(), 1, 40, 25};
+    std::vector<float> x(40, 1.0f), y(1);
+    EXPECT_NE(test::error_of([&] { quant_matmul(x.data(), w, y.data(), 1); }).find("whole"),
+              std::string::npos);
+}
+
+}  // namespace
+}  // namespace servelab
