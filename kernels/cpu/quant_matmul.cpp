@@ -116,7 +116,7 @@ SERVELAB_AVX2 inline float horizontal_sum(__m256 v) {
 SERVELAB_AVX2 inline void unpack_nibbles_avx2(const uint8_t* qs, __m256 codes[4]) {
     const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
     const __m128i mask = _mm_set1_epi8(0x0F);
-    const __m128i low = _mm_and_si128(bytes, mask);                       // weights 0..15
+    const __m128i low = _mm_and_si128(bytes, mask);                      // weights 0..15
     const __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);  // weights 16..31
     codes[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(low));
     codes[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(low, 8)));
@@ -134,8 +134,7 @@ SERVELAB_AVX2 inline void unpack_q8_avx2(const uint8_t* qs, __m256 codes[4]) {
 // acc[t] += d·Σ codes·x_t (+ m·Σ x_t when with_offset).
 template <int kTokens, bool with_offset>
 SERVELAB_AVX2 inline void accumulate_avx2(const __m256 codes[4], float d, float m,
-                                          const float* const* x, int64_t offset,
-                                          __m256* acc) {
+                                          const float* const* x, int64_t offset, __m256* acc) {
     const __m256 dv = _mm256_set1_ps(d);
     const __m256 mv = _mm256_set1_ps(m);
     for (int t = 0; t < kTokens; ++t) {
@@ -165,8 +164,8 @@ SERVELAB_AVX2 void row_avx2(const uint8_t* row, int64_t num_blocks, const float*
         if constexpr (type == GgmlType::kQ4_1) {
             const uint8_t* block = row + b * 20;
             unpack_nibbles_avx2(block + 4, codes);
-            accumulate_avx2<kTokens, true>(codes, fp16_avx2(block), fp16_avx2(block + 2), x,
-                                           offset, acc);
+            accumulate_avx2<kTokens, true>(codes, fp16_avx2(block), fp16_avx2(block + 2), x, offset,
+                                           acc);
         } else if constexpr (type == GgmlType::kQ4_0) {
             const uint8_t* block = row + b * 18;
             unpack_nibbles_avx2(block + 2, codes);
@@ -186,10 +185,14 @@ template <GgmlType type>
 void row_avx2_tile(const uint8_t* row, int64_t num_blocks, const float* const* x, int tokens,
                    float* out) {
     switch (tokens) {
-        case 1: return row_avx2<type, 1>(row, num_blocks, x, out);
-        case 2: return row_avx2<type, 2>(row, num_blocks, x, out);
-        case 3: return row_avx2<type, 3>(row, num_blocks, x, out);
-        default: return row_avx2<type, 4>(row, num_blocks, x, out);
+        case 1:
+            return row_avx2<type, 1>(row, num_blocks, x, out);
+        case 2:
+            return row_avx2<type, 2>(row, num_blocks, x, out);
+        case 3:
+            return row_avx2<type, 3>(row, num_blocks, x, out);
+        default:
+            return row_avx2<type, 4>(row, num_blocks, x, out);
     }
 }
 
@@ -202,15 +205,21 @@ bool cpu_has_avx2() {
 
 // One row of W against a tile of up to kTile tokens, by the best kernel.
 void row_tile(const QuantMatrix& w, const uint8_t* row, const float* const* x, int tokens,
-              float* out) {
+              QuantKernels kernels, float* out) {
     const int64_t num_blocks = w.cols / kBlock;
-#ifdef SERVELAB_X86
-    if (cpu_has_avx2()) {
+#ifndef SERVELAB_X86
+    (void)kernels;  // only x86-64 has more than the portable kernels so far
+#else
+    if (kernels == QuantKernels::kBest && cpu_has_avx2()) {
         switch (w.type) {
-            case GgmlType::kQ4_1: return row_avx2_tile<GgmlType::kQ4_1>(row, num_blocks, x, tokens, out);
-            case GgmlType::kQ4_0: return row_avx2_tile<GgmlType::kQ4_0>(row, num_blocks, x, tokens, out);
-            case GgmlType::kQ8_0: return row_avx2_tile<GgmlType::kQ8_0>(row, num_blocks, x, tokens, out);
-            default: break;
+            case GgmlType::kQ4_1:
+                return row_avx2_tile<GgmlType::kQ4_1>(row, num_blocks, x, tokens, out);
+            case GgmlType::kQ4_0:
+                return row_avx2_tile<GgmlType::kQ4_0>(row, num_blocks, x, tokens, out);
+            case GgmlType::kQ8_0:
+                return row_avx2_tile<GgmlType::kQ8_0>(row, num_blocks, x, tokens, out);
+            default:
+                break;
         }
     }
 #endif
@@ -221,7 +230,8 @@ void row_tile(const QuantMatrix& w, const uint8_t* row, const float* const* x, i
             return row_portable<block_q4_0_portable>(row, num_blocks, 18, x, tokens, out);
         case GgmlType::kQ8_0:
             return row_portable<block_q8_0_portable>(row, num_blocks, 34, x, tokens, out);
-        default: break;
+        default:
+            break;
     }
     // Other formats (Q4_K, Q6_K, F16, ...): decode the row, then plain dots.
     // The buffer is per thread and grows once, so steady decoding allocates nothing.
@@ -261,7 +271,8 @@ void quant_matmul_plain(const float* x, const QuantMatrix& w, float* y, int64_t 
     }
 }
 
-void quant_matmul(const float* x, const QuantMatrix& w, float* y, int64_t num_tokens) {
+void quant_matmul(const float* x, const QuantMatrix& w, float* y, int64_t num_tokens,
+                  QuantKernels kernels) {
     check_shape(w);
     // Threads take chunks of rows. Within a chunk, each tile of kTile tokens
     // meets every row of the chunk: a decoded block is used kTile times while
@@ -277,7 +288,7 @@ void quant_matmul(const float* x, const QuantMatrix& w, float* y, int64_t num_to
             for (int t = 0; t < tokens; ++t) x_tile[t] = x + (t0 + t) * w.cols;
             for (int64_t r = r0; r < r1; ++r) {
                 float out[kTile];
-                row_tile(w, w.data + r * w.row_bytes, x_tile, tokens, out);
+                row_tile(w, w.data + r * w.row_bytes, x_tile, tokens, kernels, out);
                 for (int t = 0; t < tokens; ++t) y[(t0 + t) * w.rows + r] = out[t];
             }
         }

@@ -37,8 +37,14 @@ struct QuantMatrix {
 // row at a time, which is correct but no faster than fp32).
 bool has_fused_kernel(GgmlType type);
 
+// Which block kernels quant_matmul may use: the best this CPU has (AVX2+FMA
+// on x86-64 when present), or only the portable loops every CPU runs (what
+// ARM64 gets today; tests check both on any machine).
+enum class QuantKernels { kBest, kPortable };
+
 // x: (num_tokens, w.cols), y: (num_tokens, w.rows). y must not alias x.
 void quant_matmul_plain(const float* x, const QuantMatrix& w, float* y, int64_t num_tokens);
-void quant_matmul(const float* x, const QuantMatrix& w, float* y, int64_t num_tokens);
+void quant_matmul(const float* x, const QuantMatrix& w, float* y, int64_t num_tokens,
+                  QuantKernels kernels = QuantKernels::kBest);
 
 }  // namespace servelab

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernels/cpu/dequantize.h"
@@ -37,8 +38,12 @@ std::vector<uint8_t> random_matrix(test::RandomSource& random, GgmlType type, in
         uint8_t* block = bytes.data() + i * traits.block_bytes;
         const auto scale = [&] { return random.uniform(1, 0.002f, 0.05f)[0]; };
         switch (type) {
-            case GgmlType::kQ8_0: put_fp16(block, scale()); break;
-            case GgmlType::kQ4_0: put_fp16(block, scale()); break;
+            case GgmlType::kQ8_0:
+                put_fp16(block, scale());
+                break;
+            case GgmlType::kQ4_0:
+                put_fp16(block, scale());
+                break;
             case GgmlType::kQ4_1:
                 put_fp16(block, scale());
                 put_fp16(block + 2, random.uniform(1, -0.2f, 0.2f)[0]);
@@ -50,7 +55,8 @@ std::vector<uint8_t> random_matrix(test::RandomSource& random, GgmlType type, in
             case GgmlType::kQ6_K:  // codes and scales, then d last
                 put_fp16(block + traits.block_bytes - 2, scale());
                 break;
-            default: break;
+            default:
+                break;
         }
     }
     if (type == GgmlType::kF32) {
@@ -83,18 +89,21 @@ TEST_P(QuantMatmulTest, MatchesDequantizeThenMatmul) {
         const float poison = std::numeric_limits<float>::quiet_NaN();
         std::vector<float> want(size_t(num_tokens * rows), poison);
         std::vector<float> plain(want.size(), poison), fused(want.size(), poison);
+        std::vector<float> portable(want.size(), poison);
         matmul_plain(x.data(), dense.data(), want.data(), num_tokens, cols, rows);
         quant_matmul_plain(x.data(), w, plain.data(), num_tokens);
         quant_matmul(x.data(), w, fused.data(), num_tokens);
+        quant_matmul(x.data(), w, portable.data(), num_tokens, QuantKernels::kPortable);
         double scale = 0;
         for (float v : want) scale = std::max(scale, double(std::abs(v)));
         for (size_t i = 0; i < want.size(); ++i) {
             // Only the summation order differs: a few ulps of the largest output.
             const double tolerance = 1e-5 * std::max(scale, 1.0) * std::sqrt(double(cols));
-            ASSERT_NEAR(plain[i], want[i], tolerance) << "plain, tokens " << num_tokens << " i " << i;
-            ASSERT_NEAR(fused[i], want[i], tolerance)
-                << "fused, tokens " << num_tokens << ", rows " << rows << ", cols " << cols
-                << ", i " << i;
+            ASSERT_NEAR(plain[i], want[i], tolerance)
+                << "plain, tokens " << num_tokens << " i " << i;
+            ASSERT_NEAR(portable[i], want[i], tolerance) << "portable, tokens " << num_tokens;
+            ASSERT_NEAR(fused[i], want[i], tolerance) << "fused, tokens " << num_tokens << ", rows "
+                                                      << rows << ", cols " << cols << ", i " << i;
         }
     }
 }

@@ -1,0 +1,52 @@
+// weight_matrix.h — one projection's weights, as they are held in memory.
+//
+// Part of the model loader (issue 11, CPU performance; all labs use it). A
+// matrix is (rows, cols), one output feature per row as ggml stores it, so
+// applying it is y = x · Wᵀ. It is held either as fp32 values (what the
+// tiny test models, the tensor-parallel shards that cut rows apart and the
+// MLA projections use) or in its GGUF block format (Q4_0, Q4_1, Q8_0, Q4_K,
+// Q6_K), bytes copied from the file. Keeping blocks is what makes decode
+// fast: it reads every weight once per token, and Q4_1 is 0.625 bytes per
+// weight against fp32's 4 (kernels/cpu/quant_matmul.h).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/quant_matmul.h"
+#include "reference/model/gguf_types.h"
+
+namespace servelab {
+
+class WeightMatrix {
+  public:
+    WeightMatrix() = default;
+    static WeightMatrix from_floats(std::vector<float> values, int64_t rows, int64_t cols);
+    // `bytes` holds rows × row_size_bytes(type, cols) bytes of blocks.
+    static WeightMatrix from_blocks(GgmlType type, std::vector<uint8_t> bytes, int64_t rows,
+                                    int64_t cols);
+
+    int64_t rows() const { return rows_; }
+    int64_t cols() const { return cols_; }
+    bool empty() const { return rows_ == 0; }
+    GgmlType type() const { return type_; }
+    // Bytes held: what one pass over every row reads.
+    int64_t bytes() const;
+
+    // y (num_tokens, rows) = x (num_tokens, cols) · Wᵀ, with fp32 activations.
+    void multiply(const float* x, float* y, int64_t num_tokens) const;
+    // Rows [first, first + count) as floats into out (count × cols): an
+    // embedding lookup, or a copy for a device.
+    void rows_as_floats(int64_t first, int64_t count, float* out) const;
+    // The fp32 values; throws unless the matrix is held as fp32.
+    const float* floats() const;
+
+  private:
+    GgmlType type_ = GgmlType::kF32;
+    int64_t rows_ = 0;
+    int64_t cols_ = 0;
+    std::vector<float> values_;    // when type_ == kF32
+    std::vector<uint8_t> blocks_;  // otherwise
+};
+
+}  // namespace servelab
