@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
     const Options options = parse(argc, argv);
     if (options.threads > 0) omp_set_num_threads(options.threads);
     const int64_t count = options.mib * (1 << 20) / int64_t(sizeof(float));
-    std::vector<float> buffer(size_t(count));
+    std::vector<float> buffer(static_cast<size_t>(count));
     // Touch every page from the threads that will read it (first touch).
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < count; ++i) buffer[size_t(i)] = float(i % 7) * 0.5f;

@@ -16,6 +16,7 @@
 #include "kernels/cpu/kv_view.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_matmul.h"
+#include "kernels/cpu/quant_matmul_fast.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "reference/model/gguf_writer.h"
@@ -104,18 +105,25 @@ void BM_QuantMatmulStreamed(benchmark::State& state) {
         weights.push_back(std::move(bytes));
     }
     std::vector<float> y(size_t(tokens * kFfnDim));
+    const bool fast = state.range(2) == 1;
+    QuantizedActivations xq;
     int next = 0;
     for (auto _ : state) {
         const QuantMatrix w{type, weights[size_t(next)].data(), kFfnDim, kDim, row_bytes};
-        quant_matmul(x.data(), w, y.data(), tokens);
+        if (fast) {
+            quantize_activations(x.data(), tokens, kDim, xq);  // counted: fast mode pays it
+            quant_matmul_fast(xq, w, y.data());
+        } else {
+            quant_matmul(x.data(), w, y.data(), tokens);
+        }
         next = (next + 1) % kStreamed;
         benchmark::DoNotOptimize(y.data());
     }
     report_rates(state, tokens, kFfnDim * row_bytes);
 }
 BENCHMARK(BM_QuantMatmulStreamed)
-    ->ArgsProduct({{1, 64}, {int64_t(GgmlType::kQ4_1), int64_t(GgmlType::kQ8_0)}})
-    ->ArgNames({"tokens", "type"})
+    ->ArgsProduct({{1, 64}, {int64_t(GgmlType::kQ4_1), int64_t(GgmlType::kQ8_0)}, {0, 1}})
+    ->ArgNames({"tokens", "type", "fast"})
     ->UseRealTime();
 
 void BM_RmsNorm(benchmark::State& state) {

@@ -15,6 +15,7 @@
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_matmul.h"
+#include "kernels/cpu/quant_matmul_fast.h"
 #include "tests/unit/test_util.h"
 
 namespace servelab {
@@ -111,6 +112,52 @@ TEST_P(QuantMatmulTest, MatchesDequantizeThenMatmul) {
 INSTANTIATE_TEST_SUITE_P(AllFormats, QuantMatmulTest,
                          ::testing::Values(GgmlType::kQ4_1, GgmlType::kQ4_0, GgmlType::kQ8_0,
                                            GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kF32),
+                         [](const auto& info) {
+                             return std::string(ggml_type_traits(info.param).name);
+                         });
+
+// Fast mode must compute exactly the product with the activations it
+// quantized (so the integer kernels lose nothing beyond that rounding), and
+// that rounding must stay small: each activation moves by at most d_x / 2.
+class QuantMatmulFastTest : public QuantMatmulTest {};
+
+TEST_P(QuantMatmulFastTest, IsExactForItsQuantizedActivations) {
+    SCOPED_TRACE(random_.trace());
+    const GgmlType type = GetParam();
+    ASSERT_TRUE(has_fast_kernel(type));
+    for (const int64_t num_tokens : {1, 3, 6}) {
+        const int64_t rows = random_.integer(1, 50), cols = 32 * random_.integer(1, 20);
+        const std::vector<uint8_t> bytes = random_matrix(random_, type, rows, cols);
+        const QuantMatrix w{type, bytes.data(), rows, cols, row_size_bytes(type, cols)};
+        const std::vector<float> x = random_.normal(size_t(num_tokens * cols));
+        QuantizedActivations xq;
+        quantize_activations(x.data(), num_tokens, cols, xq);
+        std::vector<float> x_rounded(x.size());
+        for (size_t i = 0; i < x.size(); ++i) {
+            x_rounded[i] = float(xq.codes[i]) * xq.scales[i / 32];
+            ASSERT_LE(std::abs(x_rounded[i] - x[i]), 0.5f * xq.scales[i / 32] * 1.0001f);
+        }
+        const float poison = std::numeric_limits<float>::quiet_NaN();
+        std::vector<float> want(size_t(num_tokens * rows), poison), exact(want.size(), poison);
+        std::vector<float> fast(want.size(), poison), portable(want.size(), poison);
+        quant_matmul_plain(x_rounded.data(), w, want.data(), num_tokens);
+        quant_matmul_plain(x.data(), w, exact.data(), num_tokens);
+        quant_matmul_fast(xq, w, fast.data());
+        quant_matmul_fast(xq, w, portable.data(), QuantKernels::kPortable);
+        double scale = 0;
+        for (float v : exact) scale = std::max(scale, double(std::abs(v)));
+        for (size_t i = 0; i < want.size(); ++i) {
+            const double tolerance = 1e-5 * std::max(scale, 1.0) * std::sqrt(double(cols));
+            ASSERT_NEAR(fast[i], want[i], tolerance) << "fast, tokens " << num_tokens;
+            ASSERT_NEAR(portable[i], want[i], tolerance) << "portable, tokens " << num_tokens;
+            // The activations' rounding: relative errors of ~1/254 per value, averaging out.
+            ASSERT_NEAR(fast[i], exact[i], 0.02 * std::max(scale, 1.0)) << "vs fp32 activations";
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(FastFormats, QuantMatmulFastTest,
+                         ::testing::Values(GgmlType::kQ4_1, GgmlType::kQ4_0, GgmlType::kQ8_0),
                          [](const auto& info) {
                              return std::string(ggml_type_traits(info.param).name);
                          });
