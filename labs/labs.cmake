@@ -10,8 +10,14 @@
 #   labNN_tests_reference    the same tests on the reference engine
 #   labNN_tests_wrong        the same tests on a known-wrong implementation
 #                            (tests/labs/labNN_wrong/<path>), for self-tests
+#   labNN_throughput         when the manifest's throughput names a "program"
+#                            (a source file with a main, e.g. tools/gemv_speed.cpp
+#                            for Lab 8's kernels): that program on the lab's
+#                            engine, and labNN_throughput_reference on the
+#                            reference one; the grader runs it instead of the CLIs
 # and registers the grader self-tests: reference = 100%, skeleton = 0%,
-# known-wrong < 50%, reference-vs-reference throughput ratio in [0.85, 1.15].
+# known-wrong < 50%, reference-vs-reference throughput ratio in [0.85, 1.15]
+# (with a throughput program: reference solution vs reference kernel, [0.85, 1.5]).
 #
 # A lab with a GPU track (manifest_cuda.json; its student/ folder holds .cu
 # files) also gets, where CUDA is compiled (servelab_cuda exists):
@@ -167,6 +173,27 @@ foreach(lab_dir ${SERVELAB_LAB_DIRS})
     servelab_engine_with_overrides(servelab_${lab}_wrong_core ${wrong_root})
     servelab_lab_test_binary(${lab}_tests_wrong ${lab}_test_objects servelab_${lab}_wrong_core)
   endif()
+  # A throughput program (Lab 8): it times the student's kernel against a
+  # reference kernel itself; the self-tests below run the reference build's.
+  file(READ ${lab_dir}/manifest.json manifest)
+  string(JSON throughput_program ERROR_VARIABLE no_throughput_program
+         GET ${manifest} throughput program)
+  set(program_args "")
+  set(ratio_high 1.15)
+  if(NOT no_throughput_program)
+    foreach(engine_suffix IN ITEMS "" _reference)
+      set(engine servelab_${lab}_core)
+      if(engine_suffix)
+        set(engine servelab_core)
+      endif()
+      add_executable(${lab}_throughput${engine_suffix} ${CMAKE_SOURCE_DIR}/${throughput_program})
+      target_link_libraries(${lab}_throughput${engine_suffix} PRIVATE ${engine})
+    endforeach()
+    set(program_args --student-program $<TARGET_FILE:${lab}_throughput_reference>)
+    # Its ratio is the reference solution against a production kernel, not
+    # against itself: on par or faster (Lab 8's step 4 shares x across 4 rows).
+    set(ratio_high 1.5)
+  endif()
   if(TARGET servelab_cuda AND EXISTS ${lab_dir}/manifest_cuda.json)
     servelab_lab_cuda_track(${lab} ${lab_dir} ${lab_number})
   endif()
@@ -180,14 +207,14 @@ foreach(lab_dir ${SERVELAB_LAB_DIRS})
   add_test(NAME grade_${lab}_reference_scores_100
     COMMAND ${grade} --student-tests $<TARGET_FILE:${lab}_tests_reference>
             --student-cli $<TARGET_FILE:servelab> --out ${CMAKE_BINARY_DIR}/grade_${lab}_reference.json
-            --min-score 100)
+            --min-score 100 ${program_args})
   add_test(NAME grade_${lab}_skeleton_scores_0
     COMMAND ${grade} --student-tests $<TARGET_FILE:${lab}_tests>
             --student-cli $<TARGET_FILE:servelab-${lab}> --out ${CMAKE_BINARY_DIR}/grade_${lab}_skeleton.json
             --max-score 0)
   add_test(NAME grade_${lab}_reference_throughput_ratio
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/tools/check_grade.py
-            ${CMAKE_BINARY_DIR}/grade_${lab}_reference.json --ratio-between 0.85 1.15
+            ${CMAKE_BINARY_DIR}/grade_${lab}_reference.json --ratio-between 0.85 ${ratio_high}
             --skeleton ${CMAKE_BINARY_DIR}/grade_${lab}_skeleton.json)
   set_tests_properties(grade_${lab}_reference_throughput_ratio PROPERTIES
     DEPENDS "grade_${lab}_reference_scores_100;grade_${lab}_skeleton_scores_0")
@@ -197,7 +224,7 @@ foreach(lab_dir ${SERVELAB_LAB_DIRS})
     add_test(NAME grade_${lab}_known_wrong_scores_below_50
       COMMAND ${grade} --student-tests $<TARGET_FILE:${lab}_tests_wrong>
               --student-cli $<TARGET_FILE:servelab> --out ${CMAKE_BINARY_DIR}/grade_${lab}_wrong.json
-              --max-score 49.99)
+              --max-score 49.99 ${program_args})
     list(APPEND lab_grade_tests grade_${lab}_known_wrong_scores_below_50)
   endif()
   # Throughput cases are timed: run them one at a time (RUN_SERIAL), two threads each.

@@ -4,6 +4,9 @@
 Issue 11 (CPU performance). One command (`make cpu-report`) measures, with
 the same thread count, prompt length and generation length:
 
+servelab runs in each --cpu-kernels mode (exact: fp32 activations, the
+numpy oracle's numbers; fast: int8 activations, as llama.cpp does).
+
   decode-1     batch-1 decode tokens/s after a short prompt
   prefill-512  prompt tokens/s for a 512-token prompt
   decode-16    servelab: aggregate decode tokens/s of 16 sequences at once
@@ -115,6 +118,8 @@ def main() -> int:
     parser.add_argument("--prefill-tokens", type=int, default=512)
     parser.add_argument("--batch", type=int, default=16, help="servelab's concurrent sequences")
     parser.add_argument("--out", type=Path, default=ROOT / "build/cpu_peer_report.json")
+    parser.add_argument("--cpu-kernels", nargs="+", default=["fast", "exact"],
+                        choices=["fast", "exact"], help="servelab's modes to measure")
     args = parser.parse_args()
     for path, what in [(args.model, "model (make model)"),
                        (args.servelab_bin, "servelab (make build)"),
@@ -139,47 +144,54 @@ def main() -> int:
                 add("llama.cpp decode-1", llama.decode_tokens_per_s(args.decode_prompt,
                                                                     args.gen_tokens))
                 add("llama.cpp prefill", llama.prefill_tokens_per_s(args.prefill_tokens))
-            else:
-                decode = servelab_bench(args, "--prompt-tokens", str(args.decode_prompt),
-                                        "--gen-tokens", str(args.gen_tokens))
-                add("servelab decode-1", decode["decode_tokens_per_s"])
+                continue
+            for mode in args.cpu_kernels:
+                name = f"servelab {mode}"
+                decode = servelab_bench(args, "--cpu-kernels", mode, "--prompt-tokens",
+                                        str(args.decode_prompt), "--gen-tokens",
+                                        str(args.gen_tokens))
+                add(f"{name} decode-1", decode["decode_tokens_per_s"])
                 weight_bytes_per_token = decode.get("weight_bytes_per_token")
-                prefill = servelab_bench(args, "--prompt-tokens", str(args.prefill_tokens),
-                                         "--gen-tokens", "2")
-                add("servelab prefill", prefill["prefill_tokens_per_s"])
-                batched = servelab_bench(args, "--prompt-tokens", str(args.decode_prompt),
-                                         "--gen-tokens", str(args.gen_tokens), "-n",
-                                         str(args.batch))
-                add(f"servelab decode-{args.batch}", batched["decode_tokens_per_s"])
+                prefill = servelab_bench(args, "--cpu-kernels", mode, "--prompt-tokens",
+                                         str(args.prefill_tokens), "--gen-tokens", "2")
+                add(f"{name} prefill", prefill["prefill_tokens_per_s"])
+                batched = servelab_bench(args, "--cpu-kernels", mode, "--prompt-tokens",
+                                         str(args.decode_prompt), "--gen-tokens",
+                                         str(args.gen_tokens), "-n", str(args.batch))
+                add(f"{name} decode-{args.batch}", batched["decode_tokens_per_s"])
         add("bandwidth GB/s", membw(args))
 
     median = {name: statistics.median(values) for name, values in samples.items()}
     bandwidth = median["bandwidth GB/s"]
-    rows = [
-        ("batch-1 decode tokens/s", median["servelab decode-1"], median["llama.cpp decode-1"],
-         "target >= 1.2x"),
-        (f"{args.prefill_tokens}-token prefill tokens/s", median["servelab prefill"],
-         median["llama.cpp prefill"], "target >= 1.0x"),
-    ]
     print(f"\n{args.model.name}, {args.threads} threads, median of {args.repetitions} "
           f"interleaved repetitions; decode: {args.decode_prompt}-token prompt, "
           f"{args.gen_tokens} tokens")
-    print(f"{'figure':<32} {'servelab':>10} {'llama.cpp':>10} {'ratio':>8}")
-    for name, ours, theirs, target in rows:
-        print(f"{name:<32} {ours:>10.1f} {theirs:>10.1f} {ours / theirs:>7.2f}x  {target}")
-    aggregate = median[f"servelab decode-{args.batch}"]
-    print(f"{f'decode, {args.batch} sequences, tokens/s':<32} {aggregate:>10.1f} {'':>10} "
-          f"{aggregate / median['servelab decode-1']:>7.2f}x  (of servelab's batch-1; "
-          "target >= 4x)")
-    print(f"{'memory read bandwidth GB/s':<32} {bandwidth:>10.2f}   (membw_probe, "
+    print(f"{'figure':<40} {'servelab':>10} {'llama.cpp':>10} {'ratio':>8}")
+    shares = {}
+    for mode in args.cpu_kernels:
+        name = f"servelab {mode}"
+        rows = [
+            (f"[{mode}] batch-1 decode tokens/s", median[f"{name} decode-1"],
+             median["llama.cpp decode-1"], "target >= 1.2x"),
+            (f"[{mode}] {args.prefill_tokens}-token prefill tokens/s", median[f"{name} prefill"],
+             median["llama.cpp prefill"], "target >= 1.0x"),
+        ]
+        for label, ours, theirs, target in rows:
+            print(f"{label:<40} {ours:>10.1f} {theirs:>10.1f} {ours / theirs:>7.2f}x  {target}")
+        aggregate = median[f"{name} decode-{args.batch}"]
+        label = f"[{mode}] decode, {args.batch} sequences, tokens/s"
+        print(f"{label:<40} {aggregate:>10.1f} {'':>10} "
+              f"{aggregate / median[f'{name} decode-1']:>7.2f}x  (of its own batch-1; "
+              "target >= 4x)")
+        if weight_bytes_per_token:
+            streamed = weight_bytes_per_token * median[f"{name} decode-1"] / 1e9
+            shares[mode] = streamed / bandwidth
+            label = f"[{mode}] batch-1 weight stream GB/s"
+            print(f"{label:<40} {streamed:>10.2f}   = {shares[mode]:.0%} of the bandwidth "
+                  f"({weight_bytes_per_token / 1e6:.1f} MB of weights per token; target >= 70%)")
+    print(f"{'memory read bandwidth GB/s':<40} {bandwidth:>10.2f}   (membw_probe, "
           f"{args.threads} threads)")
-    share = None
-    if weight_bytes_per_token:
-        streamed = weight_bytes_per_token * median["servelab decode-1"] / 1e9
-        share = streamed / bandwidth
-        print(f"{'batch-1 weight stream GB/s':<32} {streamed:>10.2f}   = {share:.0%} of the "
-              f"bandwidth ({weight_bytes_per_token / 1e6:.1f} MB of weights per token; "
-              "target >= 70%)")
+    share = shares
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

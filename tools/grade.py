@@ -13,7 +13,11 @@ Grades one lab and writes a Gradescope-compatible results.json:
              crashing test does not zero the others.
   3. speed   optional: run the reference CLI and the student CLI interleaved
              (A B A B ...) on `bench`, compare the medians of one metric, and turn
-             the ratio into points on a linear curve.
+             the ratio into points on a linear curve. A manifest whose throughput
+             names a "program" (a source file that labs/labs.cmake builds on the
+             student's engine as labNN_throughput) instead runs that program,
+             which times the student's kernel and a reference kernel itself, in one
+             process, and prints both: the ratio is metric / reference_metric.
   4. report  write results.json (always, even if the grader itself fails),
              print a scorecard and a last line `lab NN: S/M points`.
 
@@ -25,6 +29,9 @@ The lab's manifest, labs/labNN_<name>/manifest.json, says what to grade:
                   "args": ["bench", "--model", "{model}", ...],
                   "metric": "decode_tokens_per_s", "repetitions": 3,
                   "full_ratio": 0.8333, "zero_ratio": 0.1}}
+   (or, for a kernel: "throughput": {"name": ..., "points": 10,
+                  "program": "tools/gemv_speed.cpp", "args": ["--trials", "7"],
+                  "metric": "step4_gb_per_s", "reference_metric": "quant_matmul_gb_per_s", ...})
 
 A group's filter is a gtest-style pattern: `Suite.*`, `Suite.Test`, several
 joined by ':', optionally followed by '-' and patterns to leave out.
@@ -50,6 +57,7 @@ could not run here (results.json says why; ctest's SKIP_RETURN_CODE).
 
 Usage: grade.py --lab N [--track cpu|cuda] [--build-dir build/release] [--no-build]
                 [--student-tests PATH] [--student-cli PATH] [--reference-cli PATH]
+                [--student-program PATH]
                 [--manifest PATH] [--model PATH] [--repetitions K]
                 [--out results.json] [--min-score X] [--max-score X]
 """
@@ -109,6 +117,8 @@ class Throughput:
     full_ratio: float = 1 / 1.2
     zero_ratio: float = 0.1
     timeout_s: float = DEFAULT_TIMEOUT_S
+    program: str = None           # its source; the student's build is BUILD/labNN_throughput
+    reference_metric: str = None  # with program: the reference kernel's field, same output
 
 
 @dataclass
@@ -132,6 +142,11 @@ class Lab:
         return f"{self.tag}_tests" if self.track == "cpu" else f"{self.tag}_{self.track}_tests"
 
     @property
+    def throughput_target(self):
+        """The build target of the manifest's throughput program: lab08_throughput."""
+        return f"{self.tag}_throughput"
+
+    @property
     def results_name(self):
         return "results.json" if self.track == "cpu" else f"results_{self.track}.json"
 
@@ -148,7 +163,7 @@ class Lab:
 
 GROUP_KEYS = {"name", "filter", "points", "description"}
 THROUGHPUT_KEYS = {"name", "points", "args", "metric", "repetitions", "full_ratio",
-                   "zero_ratio", "timeout_s", "description"}
+                   "zero_ratio", "timeout_s", "description", "program", "reference_metric"}
 
 
 def is_number(value):
@@ -191,6 +206,13 @@ def parse_throughput(table, default_timeout):
     require(isinstance(table.get("metric"), str) and table["metric"], f"{where}.metric",
             "must be a non-empty string")
     spec = Throughput(table["name"], table["points"], args, table["metric"], timeout_s=default_timeout)
+    require(("program" in table) == ("reference_metric" in table), where,
+            "needs both program and reference_metric, or neither")
+    for key in ("program", "reference_metric"):
+        if key in table:
+            require(isinstance(table[key], str) and table[key].strip(), f"{where}.{key}",
+                    "must be a non-empty string")
+            setattr(spec, key, table[key])
     repetitions = table.get("repetitions", spec.repetitions)
     require(isinstance(repetitions, int) and not isinstance(repetitions, bool) and repetitions >= 1,
             f"{where}.repetitions", "must be an integer >= 1")
@@ -650,6 +672,11 @@ def bench_value(cli, args, metric, timeout_s):
     `metric` names a top-level field, or a nested one with dots
     ("summary.output_tokens_per_s").
     """
+    return bench_values(cli, args, [metric], timeout_s)[0]
+
+
+def bench_values(cli, args, metrics, timeout_s):
+    """Runs `cli args...` once and returns each of `metrics` from its JSON output."""
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "2")
     try:
@@ -662,15 +689,22 @@ def bench_value(cli, args, metric, timeout_s):
         raise BenchError(f"{describe_exit(run.returncode)}; last lines of stderr:\n"
                          f"{tail(run.stderr, 10) or '(empty)'}")
     try:
-        value = json.loads(run.stdout)
-        for key in metric.split("."):
-            value = value[key]
-    except (ValueError, KeyError, TypeError):
-        raise BenchError(f"stdout is not a JSON object with a {metric!r} field: "
-                         f"{truncate(run.stdout.strip(), 300)!r}") from None
-    if not is_number(value) or value < 0:
-        raise BenchError(f"{metric} is {value!r}, not a number >= 0")
-    return float(value)
+        output = json.loads(run.stdout)
+    except ValueError:
+        output = None
+    values = []
+    for metric in metrics:
+        try:
+            value = output
+            for key in metric.split("."):
+                value = value[key]
+        except (KeyError, TypeError):
+            raise BenchError(f"stdout is not a JSON object with a {metric!r} field: "
+                             f"{truncate(run.stdout.strip(), 300)!r}") from None
+        if not is_number(value) or value < 0:
+            raise BenchError(f"{metric} is {value!r}, not a number >= 0")
+        values.append(float(value))
+    return values
 
 
 def throughput_points(ratio, spec):
@@ -684,8 +718,9 @@ def spread(values):
     return (max(values) - min(values)) / statistics.median(values) if values else 0.0
 
 
-def measure(spec, student_cli, reference_cli, args):
-    """Runs reference and student interleaved (A B A B ...); returns their metric lists.
+def repeat_rounds(spec, one_round):
+    """Calls one_round() (pairs ("reference" | "student", value)) spec.repetitions
+    times; returns the student's and the reference's values.
 
     When either side's runs disagree by more than NOISY_SPREAD after the
     configured repetitions (a busy machine: one run caught another job),
@@ -696,34 +731,63 @@ def measure(spec, student_cli, reference_cli, args):
     for round_index in range(2 * spec.repetitions):
         if round_index >= spec.repetitions and max(map(spread, values.values())) <= NOISY_SPREAD:
             break
-        for who, cli in (("reference", reference_cli), ("student", student_cli)):
-            try:
-                values[who].append(bench_value(cli, args, spec.metric, spec.timeout_s))
-            except BenchError as error:
-                raise BenchError(f"the {who} CLI failed: {error}") from None
+        for who, value in one_round():
+            values[who].append(value)
     return values["student"], values["reference"]
 
 
-def grade_throughput(spec, student_cli, reference_cli, model):
+def measure(spec, student_cli, reference_cli, args):
+    """Runs reference and student interleaved (A B A B ...); returns their metric lists."""
+    def one_round():
+        for who, cli in (("reference", reference_cli), ("student", student_cli)):
+            try:
+                yield who, bench_value(cli, args, spec.metric, spec.timeout_s)
+            except BenchError as error:
+                raise BenchError(f"the {who} CLI failed: {error}") from None
+    return repeat_rounds(spec, one_round)
+
+
+def measure_in_process(spec, program, args):
+    """Runs the throughput program, which times both kernels itself; returns their lists."""
+    def one_round():
+        try:
+            student, reference = bench_values(program, args, [spec.metric, spec.reference_metric],
+                                              spec.timeout_s)
+        except BenchError as error:
+            raise BenchError(f"the throughput program {Path(program).name} failed: {error}") from None
+        return [("reference", reference), ("student", student)]
+    return repeat_rounds(spec, one_round)
+
+
+def grade_throughput(spec, student_cli, reference_cli, model, student_program=None):
     """The speed entry and the leaderboard (empty when there is no ratio)."""
     def failed(message):
         return Entry(spec.name, 0, spec.points, message, passed=False), []
 
-    if not Path(model).is_file():
-        return failed(f"model not found: {model} (python3 tools/fetch_model.py downloads it)")
-    for who, cli in (("student", student_cli), ("reference", reference_cli)):
-        if not Path(cli).is_file():
-            return failed(f"{who} CLI not found: {cli}")
-    args = [arg.replace("{model}", str(Path(model).resolve())) for arg in spec.args]
+    heading = ""
     try:
-        student, reference = measure(spec, student_cli, reference_cli, args)
+        if spec.program:
+            if not Path(student_program).is_file():
+                return failed(f"throughput program not found: {student_program}")
+            student, reference = measure_in_process(spec, student_program, spec.args)
+            heading = (f"{Path(student_program).name} {' '.join(spec.args)}: your kernel "
+                       f"({spec.metric}) against the reference kernel ({spec.reference_metric}), "
+                       f"timed in the same runs\n")
+        else:
+            if not Path(model).is_file():
+                return failed(f"model not found: {model} (python3 tools/fetch_model.py downloads it)")
+            for who, cli in (("student", student_cli), ("reference", reference_cli)):
+                if not Path(cli).is_file():
+                    return failed(f"{who} CLI not found: {cli}")
+            args = [arg.replace("{model}", str(Path(model).resolve())) for arg in spec.args]
+            student, reference = measure(spec, student_cli, reference_cli, args)
     except BenchError as error:
         return failed(str(error))
     student_median, reference_median = statistics.median(student), statistics.median(reference)
     if reference_median <= 0:
         return failed(f"the reference CLI reported {spec.metric} = {reference_median}; cannot compare")
     ratio = student_median / reference_median
-    output = (f"{spec.metric}: student median {student_median:.4g} (runs {fmt_runs(student)}), "
+    output = (f"{heading}{spec.metric}: student median {student_median:.4g} (runs {fmt_runs(student)}), "
               f"reference median {reference_median:.4g} (runs {fmt_runs(reference)}), "
               f"ratio {ratio:.3f}\n"
               f"full points at ratio >= {spec.full_ratio:.3f}, none below {spec.zero_ratio:.3f}")
@@ -764,6 +828,8 @@ def cuda_unavailable(build_dir):
 def build(build_dir, lab):
     """Builds the lab's targets; returns None on success, else a failing 'compilation' entry."""
     clis = [f"servelab-{lab.tag}", "servelab"] if lab.track == "cpu" or lab.throughput else []
+    if lab.throughput and lab.throughput.program:
+        clis.append(lab.throughput_target)
     command = ["cmake", "--build", str(build_dir), "--target", lab.test_target, *clis]
     print(f"grade: {' '.join(command)}", file=sys.stderr)
     try:
@@ -790,6 +856,8 @@ def parse_args(argv):
                         help="default BUILD/labNN_tests (cuda track: BUILD/labNN_cuda_tests)")
     parser.add_argument("--student-cli", type=Path, help="default BUILD/servelab-labNN")
     parser.add_argument("--reference-cli", type=Path, help="default BUILD/servelab")
+    parser.add_argument("--student-program", type=Path,
+                        help="a manifest's throughput program, default BUILD/labNN_throughput")
     parser.add_argument("--manifest", type=Path,
                         help="default labs/labNN_<name>/manifest.json (cuda: manifest_cuda.json)")
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="replaces {model} in bench args")
@@ -828,7 +896,8 @@ def grade(lab, args):
               file=sys.stderr)
         entry, leaderboard = grade_throughput(
             lab.throughput, args.student_cli or build_dir / f"servelab-{lab.tag}",
-            args.reference_cli or build_dir / "servelab", args.model)
+            args.reference_cli or build_dir / "servelab", args.model,
+            args.student_program or build_dir / lab.throughput_target)
         entries.append(entry)
     return entries, leaderboard
 

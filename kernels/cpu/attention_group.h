@@ -29,8 +29,11 @@ namespace servelab {
 // readers[g] = the query heads that read KV head g, in increasing order.
 // Throws servelab::Error if the head mapping (a Lab 3 exercise) sends a head
 // out of range.
-inline std::vector<std::vector<int64_t>> query_heads_by_kv_head(const AttentionShape& s) {
-    std::vector<std::vector<int64_t>> readers(static_cast<size_t>(s.num_kv_heads));
+// The same into `readers`, reusing its memory (the decode loop's version).
+inline void query_heads_by_kv_head(const AttentionShape& s,
+                                   std::vector<std::vector<int64_t>>& readers) {
+    readers.resize(static_cast<size_t>(s.num_kv_heads));
+    for (std::vector<int64_t>& heads : readers) heads.clear();
     for (int64_t h = 0; h < s.num_heads; ++h) {
         const int64_t g = kv_head_for_query_head(h, s.num_heads, s.num_kv_heads);
         if (g < 0 || g >= s.num_kv_heads) {
@@ -38,6 +41,11 @@ inline std::vector<std::vector<int64_t>> query_heads_by_kv_head(const AttentionS
         }
         readers[size_t(g)].push_back(h);
     }
+}
+
+inline std::vector<std::vector<int64_t>> query_heads_by_kv_head(const AttentionShape& s) {
+    std::vector<std::vector<int64_t>> readers;
+    query_heads_by_kv_head(s, readers);
     return readers;
 }
 

@@ -56,53 +56,164 @@ int32_t block_code_dot_portable(GgmlType type, const uint8_t* codes, const int8_
 }
 
 #ifdef SERVELAB_X86
+// Each x86 kernel is compiled for the instructions it names and called only
+// when the CPU has them (cpu_has_avx2 / cpu_has_avx_vnni below).
 #define SERVELAB_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define SERVELAB_AVX_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 
-// Σ q·c of one block as 8 int32 lanes (their sum is the dot product).
-SERVELAB_AVX2 inline __m256i block_code_dot_avx2(GgmlType type, const uint8_t* codes,
-                                                 const int8_t* c) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
-    __m256i pairs;
-    if (type == GgmlType::kQ8_0) {
-        // maddubs multiplies unsigned by signed bytes: move w's sign onto x.
-        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes));
-        pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+// The block's weight codes as 32 unsigned bytes in activation order (Q4:
+// low nibbles are values 0–15, high nibbles 16–31) or, for Q8_0, as signed.
+template <GgmlType kType>
+SERVELAB_AVX2 inline __m256i load_codes_avx2(const uint8_t* codes) {
+    if constexpr (kType == GgmlType::kQ8_0) {
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes));
     } else {
         const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
         const __m128i mask = _mm_set1_epi8(0x0F);
-        const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask),
-                                           _mm_and_si128(bytes, mask));
-        pairs = _mm256_maddubs_epi16(q, x);  // 15 · 127 · 2 fits in int16
+        return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask),
+                                _mm_and_si128(bytes, mask));
     }
-    return _mm256_madd_epi16(pairs, ones);
 }
 
-SERVELAB_AVX2 float row_dot_avx2(GgmlType type, const uint8_t* row, int64_t num_blocks,
-                                 int64_t block_bytes, const int8_t* codes, const float* scales,
-                                 const float* scaled_sums) {
-    __m256 acc = _mm256_setzero_ps();
-    float offsets = 0.0f;
+// Σ w·c of one block as 8 int32 lanes (their sum is the dot product).
+// maddubs multiplies unsigned by signed bytes and adds pairs into int16
+// (Q4: 15 · 127 · 2 fits); madd by ones widens the pairs to int32. VNNI's
+// dpbusd does both in one instruction. Q8_0 codes are signed, so their sign
+// moves onto the activations first.
+template <GgmlType kType, bool kVnni>
+SERVELAB_AVX_VNNI inline __m256i block_dot(__m256i w, __m256i c) {
+    if constexpr (kType == GgmlType::kQ8_0) {
+        c = _mm256_sign_epi8(c, w);
+        w = _mm256_sign_epi8(w, w);
+    }
+    if constexpr (kVnni) {
+        return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, c);
+    } else {
+        return _mm256_madd_epi16(_mm256_maddubs_epi16(w, c), _mm256_set1_epi16(1));
+    }
+}
+
+SERVELAB_AVX2 inline float horizontal_sum(__m256 v) {
+    const __m128 pairs = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 quads = _mm_add_ps(pairs, _mm_movehl_ps(pairs, pairs));
+    return _mm_cvtss_f32(_mm_add_ss(quads, _mm_shuffle_ps(quads, quads, 1)));
+}
+
+SERVELAB_AVX2 inline float fp16_at(const uint8_t* p) {
+    return _cvtsh_ss(uint16_t(p[0] | (p[1] << 8)));
+}
+
+// A tile of outputs: kRows weight rows (row_bytes apart) × kTokens tokens
+// (their codes cols apart). Each block of weight codes is unpacked once for
+// all kTokens tokens and each block of activation codes loaded once for all
+// kRows rows; every output has its own accumulator, so the kRows × kTokens
+// dependency chains run side by side. y(i, t) is y[t * y_stride + i].
+template <GgmlType kType, bool kVnni, int kRows, int kTokens>
+SERVELAB_AVX_VNNI void tile_dot(const uint8_t* rows, int64_t row_bytes, int64_t num_blocks,
+                                const int8_t* codes, const float* scales, const float* scaled_sums,
+                                int64_t cols, float* y, int64_t y_stride) {
+    constexpr int64_t kBlockBytes = kType == GgmlType::kQ4_1   ? 20
+                                    : kType == GgmlType::kQ4_0 ? 18
+                                                               : 34;
+    constexpr int64_t kCodesAt = kType == GgmlType::kQ4_1 ? 4 : 2;
+    __m256 acc[kRows][kTokens];
+    for (int i = 0; i < kRows; ++i) {
+        for (int t = 0; t < kTokens; ++t) acc[i][t] = _mm256_setzero_ps();
+    }
     for (int64_t b = 0; b < num_blocks; ++b) {
-        const uint8_t* block = row + b * block_bytes;
-        const float d = _cvtsh_ss(uint16_t(block[0] | (block[1] << 8)));
-        const uint8_t* block_codes = type == GgmlType::kQ4_1 ? block + 4 : block + 2;
-        const __m256i dot = block_code_dot_avx2(type, block_codes, codes + b * kBlock);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * scales[b]), _mm256_cvtepi32_ps(dot), acc);
-        if (type == GgmlType::kQ4_1) {
-            offsets += _cvtsh_ss(uint16_t(block[2] | (block[3] << 8))) * scaled_sums[b];
-        } else if (type == GgmlType::kQ4_0) {
-            offsets -= 8.0f * d * scaled_sums[b];
+        __m256i c[kTokens];
+        for (int t = 0; t < kTokens; ++t) {
+            c[t] =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + t * cols + b * kBlock));
+        }
+        for (int i = 0; i < kRows; ++i) {
+            const uint8_t* block = rows + i * row_bytes + b * kBlockBytes;
+            const float d = fp16_at(block);
+            const __m256i w = load_codes_avx2<kType>(block + kCodesAt);
+            for (int t = 0; t < kTokens; ++t) {
+                const __m256i dot = block_dot<kType, kVnni>(w, c[t]);
+                const __m256 scale = _mm256_set1_ps(d * scales[t * num_blocks + b]);
+                acc[i][t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(dot), acc[i][t]);
+            }
         }
     }
-    const __m128 pairs = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    const __m128 quads = _mm_add_ps(pairs, _mm_movehl_ps(pairs, pairs));
-    return _mm_cvtss_f32(_mm_add_ss(quads, _mm_shuffle_ps(quads, quads, 1))) + offsets;
+    for (int i = 0; i < kRows; ++i) {
+        const uint8_t* row = rows + i * row_bytes;
+        for (int t = 0; t < kTokens; ++t) {
+            // The offset term Σ m·(d_x Σc), in its own pass: the rows are in
+            // L1 by now, and the main loop keeps its registers for the dots.
+            float offset = 0.0f;
+            const float* sums = scaled_sums + t * num_blocks;
+            for (int64_t b = 0; b < num_blocks; ++b) {
+                const uint8_t* block = row + b * kBlockBytes;
+                if constexpr (kType == GgmlType::kQ4_1) {
+                    offset += fp16_at(block + 2) * sums[b];
+                } else if constexpr (kType == GgmlType::kQ4_0) {
+                    offset -= 8.0f * fp16_at(block) * sums[b];
+                }
+            }
+            y[t * y_stride + i] = horizontal_sum(acc[i][t]) + offset;
+        }
+    }
+}
+
+// One run of kRows rows against every token: kTokens tokens at a time, then
+// the rest one by one.
+template <GgmlType kType, bool kVnni, int kRows, int kTokens>
+SERVELAB_AVX_VNNI void rows_all_tokens(const QuantizedActivations& x, const QuantMatrix& w,
+                                       float* y, int64_t r) {
+    const int64_t num_blocks = w.cols / kBlock;
+    const auto at = [&](int64_t t) { return t * num_blocks; };
+    int64_t t = 0;
+    for (; t + kTokens <= x.num_tokens; t += kTokens) {
+        tile_dot<kType, kVnni, kRows, kTokens>(w.data + r * w.row_bytes, w.row_bytes, num_blocks,
+                                               x.codes.data() + t * w.cols, x.scales.data() + at(t),
+                                               x.scaled_sums.data() + at(t), w.cols,
+                                               y + t * w.rows + r, w.rows);
+    }
+    for (; t < x.num_tokens; ++t) {
+        tile_dot<kType, kVnni, kRows, 1>(w.data + r * w.row_bytes, w.row_bytes, num_blocks,
+                                         x.codes.data() + t * w.cols, x.scales.data() + at(t),
+                                         x.scaled_sums.data() + at(t), w.cols, y + t * w.rows + r,
+                                         w.rows);
+    }
+}
+
+// Rows [row_begin, row_end) for every token, four rows at a time (their
+// blocks, under 1.5 KB for SmolLM2, stay in L1 across the tokens), in
+// tiles of 4 rows × 2 tokens: 8 accumulators, the 4 unpacked weight blocks
+// and 2 activation blocks fit AVX2's 16 vector registers.
+template <GgmlType kType, bool kVnni>
+SERVELAB_AVX_VNNI void rows_range(const QuantizedActivations& x, const QuantMatrix& w, float* y,
+                                  int64_t row_begin, int64_t row_end) {
+    int64_t r = row_begin;
+    for (; r + 4 <= row_end; r += 4) rows_all_tokens<kType, kVnni, 4, 2>(x, w, y, r);
+    for (; r < row_end; ++r) rows_all_tokens<kType, kVnni, 1, 2>(x, w, y, r);
+}
+
+using RowsRangeKernel = void (*)(const QuantizedActivations&, const QuantMatrix&, float*, int64_t,
+                                 int64_t);
+
+template <bool kVnni>
+RowsRangeKernel rows_range_for(GgmlType type) {
+    switch (type) {
+        case GgmlType::kQ4_1:
+            return rows_range<GgmlType::kQ4_1, kVnni>;
+        case GgmlType::kQ4_0:
+            return rows_range<GgmlType::kQ4_0, kVnni>;
+        default:
+            return rows_range<GgmlType::kQ8_0, kVnni>;
+    }
 }
 
 bool cpu_has_avx2() {
     static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                             __builtin_cpu_supports("f16c");
+    return has;
+}
+
+bool cpu_has_avx_vnni() {
+    static const bool has = cpu_has_avx2() && __builtin_cpu_supports("avxvnni");
     return has;
 }
 #endif  // SERVELAB_X86
@@ -139,7 +250,7 @@ void quantize_activations(const float* x, int64_t num_tokens, int64_t cols,
         const float inverse = d > 0.0f ? 1.0f / d : 0.0f;
         int32_t code_sum = 0;
         for (int i = 0; i < kBlock; ++i) {
-            const int8_t code = int8_t(std::lround(values[i] * inverse));
+            const int8_t code = int8_t(std::nearbyint(values[i] * inverse));
             out.codes[size_t(b * kBlock + i)] = code;
             code_sum += code;
         }
@@ -160,27 +271,27 @@ void quant_matmul_fast(const QuantizedActivations& x, const QuantMatrix& w, floa
     const int64_t num_blocks = w.cols / kBlock;
     const int64_t block_bytes = ggml_type_traits(w.type).block_bytes;
 #ifdef SERVELAB_X86
-    const bool avx2 = kernels == QuantKernels::kBest && cpu_has_avx2();
-#else
-    [[maybe_unused]] const bool avx2 = false;
-    (void)kernels;
+    if (kernels == QuantKernels::kBest && cpu_has_avx2()) {
+        const RowsRangeKernel kernel =
+            cpu_has_avx_vnni() ? rows_range_for<true>(w.type) : rows_range_for<false>(w.type);
+        // Chunks of 16 rows (a multiple of the 4-row tile) in a static
+        // schedule: each thread gets one contiguous run of rows.
+        const int64_t num_chunks = (w.rows + 15) / 16;
+#pragma omp parallel for schedule(static)
+        for (int64_t chunk = 0; chunk < num_chunks; ++chunk) {
+            kernel(x, w, y, chunk * 16, std::min(w.rows, chunk * 16 + 16));
+        }
+        return;
+    }
 #endif
+    (void)kernels;
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < w.rows; ++r) {
         const uint8_t* row = w.data + r * w.row_bytes;
         for (int64_t t = 0; t < x.num_tokens; ++t) {
-            const int8_t* codes = x.codes.data() + t * w.cols;
-            const float* scales = x.scales.data() + t * num_blocks;
-            const float* sums = x.scaled_sums.data() + t * num_blocks;
-#ifdef SERVELAB_X86
-            if (avx2) {
-                y[t * w.rows + r] =
-                    row_dot_avx2(w.type, row, num_blocks, block_bytes, codes, scales, sums);
-                continue;
-            }
-#endif
-            y[t * w.rows + r] =
-                row_dot_portable(w.type, row, num_blocks, block_bytes, codes, scales, sums);
+            y[t * w.rows + r] = row_dot_portable(
+                w.type, row, num_blocks, block_bytes, x.codes.data() + t * w.cols,
+                x.scales.data() + t * num_blocks, x.scaled_sums.data() + t * num_blocks);
         }
     }
 }

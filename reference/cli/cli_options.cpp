@@ -21,12 +21,23 @@ void ModelOptions::add_to(CLI::App& command) {
     command.add_option("-t,--threads", threads, "CPU threads (0 = all cores)")
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
+    command
+        .add_option("--cpu-kernels", cpu_kernels,
+                    "quantized matmuls: 'exact' (fp32 activations, the oracle's numbers) or "
+                    "'fast' (int8 activations, as llama.cpp does)")
+        ->check(CLI::IsMember({"exact", "fast"}))
+        ->capture_default_str();
+}
+
+MatmulMode ModelOptions::matmul_mode() const {
+    return cpu_kernels == "fast" ? MatmulMode::kFast : MatmulMode::kExact;
 }
 
 Model ModelOptions::load() const {
     if (threads > 0) omp_set_num_threads(threads);
     const auto start = std::chrono::steady_clock::now();
     Model model = Model::load(path);
+    model.weights.set_matmul_mode(matmul_mode());
     const double load_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     spdlog::info("loaded {} ({} layers, dim {}, {} heads / {} kv heads, vocab {}) in {:.0f} ms",

@@ -23,6 +23,9 @@ inline constexpr const char* kDefaultModelPath = "data/models/SmolLM2-135M-Instr
 struct ModelOptions {
     std::string path = kDefaultModelPath;
     int threads = 0;  // 0 = OpenMP's default (all cores)
+    std::string cpu_kernels = "exact";  // MatmulMode: "exact" or "fast"
+
+    MatmulMode matmul_mode() const;
 
     void add_to(CLI::App& command);
     // Applies --threads, loads the model and logs what was loaded.

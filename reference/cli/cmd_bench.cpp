@@ -146,8 +146,11 @@ void add_bench_command(CLI::App& app) {
         const double decode_steps = double(opts->num_completions) * (opts->gen_tokens - 1);
         const nlohmann::json report = {
             {"model", model.config.name},
-            {"mode", opts->cache.disabled ? "naive decoding (no KV cache), fp32 weights"
-                                          : fmt::format("KV cache {}, fp32 weights", kv_cache)},
+            {"mode", fmt::format("{}, weights as in the file, {} kernels",
+                                 opts->cache.disabled ? "naive decoding (no KV cache)"
+                                                      : fmt::format("KV cache {}", kv_cache),
+                                 opts->model.cpu_kernels)},
+            {"cpu_kernels", opts->model.cpu_kernels},
             {"kv_cache", !opts->cache.disabled},
             {"kv_layout", opts->cache.disabled              ? "none"
                           : opts->cache.paged(model.config) ? "paged"
@@ -164,7 +167,7 @@ void add_bench_command(CLI::App& app) {
              1000.0 * double(opts->prompt_tokens) / percentile(prefill_ms, 50)},
             {"decode_tokens_per_s",
              decode_steps > 0 ? 1000.0 * decode_steps / percentile(decode_ms, 50) : 0.0},
-            {"weight_bytes_per_token", decode_weight_bytes(model.weights, model.config)},
+            {"weight_bytes_per_token", decode_weight_bytes(model.weights)},
             {"latency_by_position", latency},
         };
         if (opts->json) {

@@ -23,16 +23,16 @@ namespace servelab::cli {
 namespace {
 
 int64_t weight_bytes(const ModelWeights& weights) {
-    int64_t floats = int64_t(weights.token_embedding.size() + weights.output_norm.size() +
-                             weights.output.size());
+    int64_t bytes = weights.token_embedding.bytes() + weights.output.bytes() +
+                    int64_t(weights.output_norm.size() * sizeof(float));
     for (const LayerWeights& layer : weights.layers) {
-        for (const std::vector<float>* tensor :
-             {&layer.attn_norm, &layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.ffn_norm,
-              &layer.w_gate, &layer.w_up, &layer.w_down}) {
-            floats += int64_t(tensor->size());
+        for (const WeightMatrix* m : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w_gate,
+                                      &layer.w_up, &layer.w_down}) {
+            bytes += m->bytes();
         }
+        bytes += int64_t((layer.attn_norm.size() + layer.ffn_norm.size()) * sizeof(float));
     }
-    return floats * int64_t(sizeof(float));
+    return bytes;
 }
 
 // One rank: load its shard, build its runner, run the body.
@@ -40,13 +40,14 @@ void run_rank(const TensorParallelOptions& tp, const ModelOptions& model_options
               Communicator& comm, const std::function<void(RankContext&)>& body) {
     const auto start = std::chrono::steady_clock::now();
     ModelShard loaded = load_model_shard(model_options.path, tp.size, comm.rank());
+    loaded.model.weights.set_matmul_mode(model_options.matmul_mode());
     const double load_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (comm.rank() == 0) {
         const ModelConfig& local = loaded.model.config;
         spdlog::info(
             "tensor parallel: {} ranks over {}; rank 0 holds {} query / {} KV heads, {} ffn "
-            "features, {} vocabulary rows: {} of fp32 weights, loaded in {:.0f} ms",
+            "features, {} vocabulary rows: {} of weights, loaded in {:.0f} ms",
             tp.size, comm.backend(), local.num_heads, local.num_kv_heads, local.ffn_dim,
             loaded.shard.vocab_rows(), format_bytes(weight_bytes(loaded.model.weights)), load_ms);
     }

@@ -14,6 +14,12 @@ cuda::DeviceBuffer<__nv_bfloat16> to_device_bf16(const std::vector<float>& host)
     return buffer;
 }
 
+// The GPU multiplies bf16 with cuBLAS, so quantized blocks are decoded once
+// here, on the way up.
+cuda::DeviceBuffer<__nv_bfloat16> to_device_bf16(const WeightMatrix& matrix) {
+    return to_device_bf16(matrix.to_floats());
+}
+
 }  // namespace
 
 int64_t CudaWeights::bytes() const {

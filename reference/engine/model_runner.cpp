@@ -102,7 +102,8 @@ std::vector<float> ModelRunner::forward(const StepInput& step, KvCache* cache) {
     check_step(step);
     check_cache(step, cache);
     const SequenceChunk chunk{step, nullptr};
-    return run_layers(std::span(&chunk, 1), KvTarget{.contiguous = cache});
+    const std::span<const float> logits = run_layers(std::span(&chunk, 1), {.contiguous = cache});
+    return {logits.begin(), logits.end()};
 }
 
 std::vector<float> ModelRunner::forward(const StepInput& step, PagedKvCache& cache,
@@ -112,6 +113,12 @@ std::vector<float> ModelRunner::forward(const StepInput& step, PagedKvCache& cac
 }
 
 std::vector<float> ModelRunner::forward_batch(std::span<const SequenceChunk> chunks,
+                                              PagedKvCache& cache) {
+    const std::span<const float> logits = run_batch(chunks, cache);
+    return {logits.begin(), logits.end()};
+}
+
+std::span<const float> ModelRunner::run_batch(std::span<const SequenceChunk> chunks,
                                               PagedKvCache& cache) {
     if (chunks.empty()) throw Error("forward: a batch needs at least one sequence");
     if (config_.is_mla()) throw Error("forward: MLA models do not run on a paged cache yet");
@@ -129,11 +136,12 @@ std::vector<float> ModelRunner::forward_batch(std::span<const SequenceChunk> chu
 }
 
 StepResult ModelRunner::run_step(const StepBatch& batch, PagedKvCache& cache) {
-    const std::vector<float> logits = forward_batch(batch.chunks, cache);
+    const std::span<const float> logits = run_batch(batch.chunks, cache);
     const size_t vocab_size = size_t(config_.vocab_size);
     // Where each chunk's rows end in `logits`: one row per chunk, or one per
     // token for chunks that asked for all (verification).
-    std::vector<size_t> rows_end;
+    std::vector<size_t>& rows_end = rows_end_;
+    rows_end.clear();
     size_t num_rows = 0;
     for (const SequenceChunk& chunk : batch.chunks) {
         num_rows += chunk.step.logits_for == LogitsFor::kLastToken ? 1 : chunk.step.tokens.size();
@@ -181,7 +189,7 @@ void ModelRunner::share_rank0_tokens(StepResult& result) {
     broadcast_vector(comm(), result.verified, 0);
 }
 
-std::vector<float> ModelRunner::run_layers(std::span<const SequenceChunk> chunks, KvTarget kv) {
+std::span<const float> ModelRunner::run_layers(std::span<const SequenceChunk> chunks, KvTarget kv) {
     int64_t num_tokens = 0;
     for (const SequenceChunk& chunk : chunks) num_tokens += int64_t(chunk.step.tokens.size());
     const int64_t dim = config_.dim;
@@ -197,8 +205,7 @@ std::vector<float> ModelRunner::run_layers(std::span<const SequenceChunk> chunks
             step_tokens_.push_back(chunk.step.tokens[t]);
         }
     }
-    vocab_parallel_embedding(step_tokens_, weights_.token_embedding.data(), shard_, dim, x_.data(),
-                             comm());
+    vocab_parallel_embedding(step_tokens_, weights_.token_embedding, shard_, x_.data(), comm());
 
     // MLA attends through its latent cache even in naive decoding: without a
     // cache the step gets a scratch one holding just this step's tokens,
@@ -223,7 +230,7 @@ std::vector<float> ModelRunner::run_layers(std::span<const SequenceChunk> chunks
 
 // Only the rows that need logits go through the final norm and the head:
 // the vocabulary projection is the largest matmul.
-std::vector<float> ModelRunner::logits_of(std::span<const SequenceChunk> chunks) {
+std::span<const float> ModelRunner::logits_of(std::span<const SequenceChunk> chunks) {
     const int64_t dim = config_.dim;
     int64_t num_rows = 0;
     int64_t chunk_first_row = 0;
@@ -237,10 +244,11 @@ std::vector<float> ModelRunner::logits_of(std::span<const SequenceChunk> chunks)
         chunk_first_row += n;
     }
     num_logit_rows_computed_ += num_rows;
-    std::vector<float> logits(size_t(num_rows * config_.vocab_size));
-    vocab_parallel_logits(normed_.data(), weights_.output_matrix(), num_rows, dim, shard_,
-                          config_.vocab_size, logits.data(), comm());
-    return logits;
+    const size_t num_logits = size_t(num_rows * config_.vocab_size);
+    if (logits_.size() < num_logits) logits_.resize(num_logits);
+    vocab_parallel_logits(normed_.data(), weights_.output_head(), num_rows, shard_,
+                          config_.vocab_size, logits_.data(), comm());
+    return std::span(logits_).first(num_logits);
 }
 
 void ModelRunner::attention_block(int64_t layer_index, std::span<const SequenceChunk> chunks,
@@ -251,12 +259,9 @@ void ModelRunner::attention_block(int64_t layer_index, std::span<const SequenceC
     rmsnorm_rows(x_.data(), layer.attn_norm.data(), normed_.data(), num_tokens, dim,
                  config_.rms_norm_eps);
     // Column-parallel: this rank's heads (all of them when not split).
-    column_parallel_linear(normed_.data(), layer.wq.data(), q_.data(), num_tokens, dim,
-                           config_.q_dim());
-    column_parallel_linear(normed_.data(), layer.wk.data(), k_.data(), num_tokens, dim,
-                           config_.kv_dim());
-    column_parallel_linear(normed_.data(), layer.wv.data(), v_.data(), num_tokens, dim,
-                           config_.kv_dim());
+    column_parallel_linear(normed_.data(), layer.wq, q_.data(), num_tokens);
+    column_parallel_linear(normed_.data(), layer.wk, k_.data(), num_tokens);
+    column_parallel_linear(normed_.data(), layer.wv, v_.data(), num_tokens);
 
     const RopeParams rope{config_.head_dim, config_.rope_dim, config_.rope_freq_base};
     rope_apply_rows(q_.data(), positions_.data(), num_tokens, config_.num_heads, rope);
@@ -271,8 +276,7 @@ void ModelRunner::attention_block(int64_t layer_index, std::span<const SequenceC
     }
 
     // Row-parallel: this rank's heads' share of the output, summed over ranks.
-    row_parallel_linear(attn_out_.data(), layer.wo.data(), delta_.data(), num_tokens,
-                        config_.attn_out_dim(), dim, comm());
+    row_parallel_linear(attn_out_.data(), layer.wo, delta_.data(), num_tokens, comm());
     add_inplace(x_.data(), delta_.data(), num_tokens * dim);
 }
 
@@ -321,7 +325,7 @@ void ModelRunner::mla_attention_block(int64_t layer_index, const StepInput& step
                      c.rms_norm_eps);
         matmul(q_a_.data(), layer.wq_b.data(), q_.data(), num_tokens, c.q_lora_rank, c.q_dim());
     } else {
-        matmul(normed_.data(), layer.wq.data(), q_.data(), num_tokens, c.dim, c.q_dim());
+        layer.wq.multiply(normed_.data(), q_.data(), num_tokens);
     }
     for (int64_t row = 0; row < num_tokens * c.num_heads; ++row) {  // split [nope | pe]
         const float* q_head = q_.data() + row * c.head_dim;
@@ -354,7 +358,7 @@ void ModelRunner::mla_attention_block(int64_t layer_index, const StepInput& step
     attend(q_nope_.data(), q_pe_.data(), cache.keys(layer_index), cache.values(layer_index),
            layer.wkv_b.data(), attn_out_.data(), shape);
 
-    matmul(attn_out_.data(), layer.wo.data(), delta_.data(), num_tokens, c.attn_out_dim(), c.dim);
+    layer.wo.multiply(attn_out_.data(), delta_.data(), num_tokens);
     add_inplace(x_.data(), delta_.data(), num_tokens * c.dim);
 }
 
@@ -365,12 +369,10 @@ void ModelRunner::mlp_block(const LayerWeights& layer, int64_t num_tokens) {
                  config_.rms_norm_eps);
     // gate and up column-parallel over this rank's ffn features; SwiGLU is
     // element-wise, so it needs no other rank's; down row-parallel.
-    column_parallel_linear(normed_.data(), layer.w_gate.data(), gate_.data(), num_tokens, dim,
-                           ffn_dim);
-    column_parallel_linear(normed_.data(), layer.w_up.data(), up_.data(), num_tokens, dim, ffn_dim);
+    column_parallel_linear(normed_.data(), layer.w_gate, gate_.data(), num_tokens);
+    column_parallel_linear(normed_.data(), layer.w_up, up_.data(), num_tokens);
     swiglu(gate_.data(), up_.data(), gate_.data(), num_tokens * ffn_dim);
-    row_parallel_linear(gate_.data(), layer.w_down.data(), delta_.data(), num_tokens, ffn_dim, dim,
-                        comm());
+    row_parallel_linear(gate_.data(), layer.w_down, delta_.data(), num_tokens, comm());
     add_inplace(x_.data(), delta_.data(), num_tokens * dim);
 }
 

@@ -111,14 +111,16 @@ class ModelRunner : public StepRunner {
         KvCache* contiguous = nullptr;
         PagedKvCache* paged = nullptr;
     };
-    std::vector<float> run_layers(std::span<const SequenceChunk> chunks, KvTarget kv);
+    // The step's logits, in logits_ (valid until the next step).
+    std::span<const float> run_layers(std::span<const SequenceChunk> chunks, KvTarget kv);
+    std::span<const float> run_batch(std::span<const SequenceChunk> chunks, PagedKvCache& cache);
     void check_step(const StepInput& step) const;
     void check_cache(const StepInput& step, const KvCache* cache) const;
     void resize_buffers(int64_t num_tokens);
     void attention_block(int64_t layer_index, std::span<const SequenceChunk> chunks, KvTarget kv);
     // Attention of one chunk, whose tokens are rows [row, row + n) of the step.
     void attend_chunk(int64_t layer_index, const SequenceChunk& chunk, int64_t row, KvTarget kv);
-    std::vector<float> logits_of(std::span<const SequenceChunk> chunks);
+    std::span<const float> logits_of(std::span<const SequenceChunk> chunks);
     void mla_attention_block(int64_t layer_index, const StepInput& step, KvCache& cache);
     void mlp_block(const LayerWeights& layer, int64_t num_tokens);
     void share_rank0_tokens(StepResult& result);
@@ -135,7 +137,8 @@ class ModelRunner : public StepRunner {
     int64_t num_logit_rows_computed_ = 0;
 
     // Activations of the current step, sized for num_tokens (T) on demand
-    // (llama2.c's RunState, one step at a time).
+    // (llama2.c's RunState, one step at a time). They only grow, so once the
+    // largest step has run, a decode step allocates nothing here.
     std::vector<float> x_;              // (T, dim) residual stream
     std::vector<float> normed_;         // (T, dim) rmsnorm(x)
     std::vector<float> q_;              // (T, num_heads, head_dim)
@@ -147,7 +150,9 @@ class ModelRunner : public StepRunner {
     std::vector<float> up_;             // (T, ffn_dim)
     std::vector<int64_t> positions_;    // (T)
     std::vector<TokenId> step_tokens_;  // (T) every chunk's tokens, in row order
+    std::vector<float> logits_;         // (rows, vocab) the step's logits
     std::vector<float> sample_row_;     // (vocab) run_step's copy of the row a sample reads
+    std::vector<size_t> rows_end_;      // run_step: where each chunk's logits rows end
     // MLA only.
     std::vector<float> q_a_;     // (T, q_lora_rank) the query bottleneck
     std::vector<float> q_nope_;  // (T, num_heads, qk_nope_dim)

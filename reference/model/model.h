@@ -2,7 +2,8 @@
 //
 // Part of the model loader (all labs). The GGUF mapping is kept open for the
 // model's lifetime so `servelab info` can list the tensor table; the weights
-// themselves are fp32 copies made at load (model_weights.h).
+// themselves are copies made at load, still in the file's block format
+// (model_weights.h).
 #pragma once
 
 #include <string>

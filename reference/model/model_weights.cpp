@@ -8,6 +8,7 @@
 #include "kernels/cpu/dequantize.h"
 #include "reference/common/error.h"
 #include "reference/model/gguf_reader.h"
+#include "reference/model/weight_loading.h"
 
 namespace servelab {
 namespace {
@@ -29,12 +30,18 @@ std::vector<float> load_tensor(const GgufFile& file, const std::string& name,
     return values;
 }
 
+// A whole (num_rows, row_length) projection, kept in the file's format.
+WeightMatrix load_matrix(const GgufFile& file, const std::string& name, int64_t row_length,
+                         int64_t num_rows) {
+    return load_matrix_rows(file, name, row_length, num_rows, 0, num_rows);
+}
+
 void load_multi_head_attention(const GgufFile& file, const std::string& prefix,
                                const ModelConfig& config, LayerWeights& w) {
     const int64_t dim = config.dim;
-    w.wq = load_tensor(file, prefix + "attn_q.weight", {dim, config.q_dim()});
-    w.wk = load_tensor(file, prefix + "attn_k.weight", {dim, config.kv_dim()});
-    w.wv = load_tensor(file, prefix + "attn_v.weight", {dim, config.kv_dim()});
+    w.wq = load_matrix(file, prefix + "attn_q.weight", dim, config.q_dim());
+    w.wk = load_matrix(file, prefix + "attn_k.weight", dim, config.kv_dim());
+    w.wv = load_matrix(file, prefix + "attn_v.weight", dim, config.kv_dim());
 }
 
 void load_latent_attention(const GgufFile& file, const std::string& prefix,
@@ -46,7 +53,7 @@ void load_latent_attention(const GgufFile& file, const std::string& prefix,
         w.wq_b =
             load_tensor(file, prefix + "attn_q_b.weight", {config.q_lora_rank, config.q_dim()});
     } else {
-        w.wq = load_tensor(file, prefix + "attn_q.weight", {dim, config.q_dim()});
+        w.wq = load_matrix(file, prefix + "attn_q.weight", dim, config.q_dim());
     }
     w.wkv_a = load_tensor(file, prefix + "attn_kv_a_mqa.weight",
                           {dim, config.kv_lora_rank + config.rope_dim});
@@ -61,7 +68,7 @@ void load_latent_attention(const GgufFile& file, const std::string& prefix,
 ModelWeights ModelWeights::load(const GgufFile& file, const ModelConfig& config) {
     const int64_t dim = config.dim;
     ModelWeights weights;
-    weights.token_embedding = load_tensor(file, "token_embd.weight", {dim, config.vocab_size});
+    weights.token_embedding = load_matrix(file, "token_embd.weight", dim, config.vocab_size);
     weights.layers.resize(size_t(config.num_layers));
     for (int64_t layer = 0; layer < config.num_layers; ++layer) {
         const std::string prefix = fmt::format("blk.{}.", layer);
@@ -72,15 +79,15 @@ ModelWeights ModelWeights::load(const GgufFile& file, const ModelConfig& config)
         } else {
             load_multi_head_attention(file, prefix, config, w);
         }
-        w.wo = load_tensor(file, prefix + "attn_output.weight", {config.attn_out_dim(), dim});
+        w.wo = load_matrix(file, prefix + "attn_output.weight", config.attn_out_dim(), dim);
         w.ffn_norm = load_tensor(file, prefix + "ffn_norm.weight", {dim});
-        w.w_gate = load_tensor(file, prefix + "ffn_gate.weight", {dim, config.ffn_dim});
-        w.w_up = load_tensor(file, prefix + "ffn_up.weight", {dim, config.ffn_dim});
-        w.w_down = load_tensor(file, prefix + "ffn_down.weight", {config.ffn_dim, dim});
+        w.w_gate = load_matrix(file, prefix + "ffn_gate.weight", dim, config.ffn_dim);
+        w.w_up = load_matrix(file, prefix + "ffn_up.weight", dim, config.ffn_dim);
+        w.w_down = load_matrix(file, prefix + "ffn_down.weight", config.ffn_dim, dim);
     }
     weights.output_norm = load_tensor(file, "output_norm.weight", {dim});
     if (!config.tied_embeddings) {
-        weights.output = load_tensor(file, "output.weight", {dim, config.vocab_size});
+        weights.output = load_matrix(file, "output.weight", dim, config.vocab_size);
     }
     return weights;
 }
@@ -108,17 +115,30 @@ int64_t count_parameters(const ModelConfig& c) {
     return c.vocab_size * c.dim + c.num_layers * per_layer + c.dim + head;
 }
 
-int64_t decode_weight_bytes(const ModelWeights& w, const ModelConfig& config) {
-    int64_t floats = config.dim;  // one embedding row
-    for (const LayerWeights& l : w.layers) {
-        for (const std::vector<float>* tensor :
-             {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.q_a_norm, &l.wq_b, &l.wkv_a,
-              &l.kv_a_norm, &l.wkv_b, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) {
-            floats += int64_t(tensor->size());
+void ModelWeights::set_matmul_mode(MatmulMode mode) {
+    token_embedding.set_mode(mode);
+    output.set_mode(mode);
+    for (LayerWeights& l : layers) {
+        for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+            m->set_mode(mode);
         }
     }
-    floats += int64_t(w.output_norm.size()) + config.vocab_size * config.dim;  // the head
-    return floats * int64_t(sizeof(float));
+}
+
+int64_t decode_weight_bytes(const ModelWeights& w) {
+    const WeightMatrix& embedding = w.token_embedding;
+    int64_t bytes = embedding.rows() > 0 ? embedding.bytes() / embedding.rows() : 0;  // one row
+    int64_t floats = int64_t(w.output_norm.size());
+    for (const LayerWeights& l : w.layers) {
+        for (const std::vector<float>* tensor : {&l.attn_norm, &l.wq_a, &l.q_a_norm, &l.wq_b,
+                                                 &l.wkv_a, &l.kv_a_norm, &l.wkv_b, &l.ffn_norm}) {
+            floats += int64_t(tensor->size());
+        }
+        for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+            bytes += m->bytes();
+        }
+    }
+    return bytes + w.output_head().bytes() + floats * int64_t(sizeof(float));
 }
 
 }  // namespace servelab

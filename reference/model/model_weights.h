@@ -1,16 +1,19 @@
-// model_weights.h — the tensors of a llama-family model, as fp32 matrices.
+// model_weights.h — the tensors of a llama-family model.
 //
-// Part of the model loader (all labs). Weights are dequantized once at load
-// ("exact mode": the numbers the numpy oracle computes with). Every matrix
-// is stored row-major with one output feature per row, as ggml stores it, so
-// a projection is y = x · Wᵀ (kernels/cpu/matmul.h). Shapes are checked
-// against the config before anything is read.
+// Part of the model loader (all labs). The projections and the embedding
+// table are WeightMatrix: held in the file's block format (Q4_1, Q8_0, …)
+// and decoded inside the matmul kernels, so decode reads 0.5–1 byte per
+// weight instead of 4 (issue 11). Every matrix has one output feature per
+// row, as ggml stores it, so a projection is y = x · Wᵀ. Norms, and the MLA
+// projections (a teaching path, not a speed path), are fp32. Shapes are
+// checked against the config before anything is read.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "reference/model/model_config.h"
+#include "reference/model/weight_matrix.h"
 
 namespace servelab {
 
@@ -18,10 +21,10 @@ class GgufFile;
 
 struct LayerWeights {
     std::vector<float> attn_norm;  // (dim)
-    std::vector<float> wq;         // (num_heads * head_dim, dim); MLA: empty when q_lora_rank > 0
-    std::vector<float> wk;         // (num_kv_heads * head_dim, dim); empty for MLA
-    std::vector<float> wv;         // (num_kv_heads * head_dim, dim); empty for MLA
-    std::vector<float> wo;         // (dim, num_heads * v_head_dim)
+    WeightMatrix wq;               // (num_heads * head_dim, dim); MLA: empty when q_lora_rank > 0
+    WeightMatrix wk;               // (num_kv_heads * head_dim, dim); empty for MLA
+    WeightMatrix wv;               // (num_kv_heads * head_dim, dim); empty for MLA
+    WeightMatrix wo;               // (dim, num_heads * v_head_dim)
 
     // MLA only (deepseek2 tensor names in brackets). Per head, queries and
     // keys are [nope | rope]: qk_nope_dim dims without position, then rope_dim.
@@ -34,21 +37,22 @@ struct LayerWeights {
     // qk_nope_dim rows of W_UK (latent → key) then v_head_dim rows of W_UV (latent → value).
     std::vector<float> wkv_b;
     std::vector<float> ffn_norm;  // (dim)
-    std::vector<float> w_gate;    // (ffn_dim, dim)
-    std::vector<float> w_up;      // (ffn_dim, dim)
-    std::vector<float> w_down;    // (dim, ffn_dim)
+    WeightMatrix w_gate;          // (ffn_dim, dim)
+    WeightMatrix w_up;            // (ffn_dim, dim)
+    WeightMatrix w_down;          // (dim, ffn_dim)
 };
 
 struct ModelWeights {
-    std::vector<float> token_embedding;  // (vocab_size, dim)
-    std::vector<LayerWeights> layers;    // (num_layers)
-    std::vector<float> output_norm;      // (dim)
-    std::vector<float> output;           // (vocab_size, dim); empty when tied
+    WeightMatrix token_embedding;      // (vocab_size, dim)
+    std::vector<LayerWeights> layers;  // (num_layers)
+    std::vector<float> output_norm;    // (dim)
+    WeightMatrix output;               // (vocab_size, dim); empty when tied
 
     // The output head: `output`, or the embedding table when they are tied.
-    const float* output_matrix() const {
-        return output.empty() ? token_embedding.data() : output.data();
-    }
+    const WeightMatrix& output_head() const { return output.empty() ? token_embedding : output; }
+
+    // Every WeightMatrix multiplies in `mode` from now on (--cpu-kernels).
+    void set_matmul_mode(MatmulMode mode);
 
     // Throws servelab::Error for a missing tensor, a shape mismatch or an
     // unsupported tensor type.
@@ -62,6 +66,6 @@ int64_t count_parameters(const ModelConfig& config);
 // memory: every layer's matrices and norms, the final norm, the output head
 // and one embedding row. Batch-1 decode's memory traffic, for the roofline
 // (issue 11, `servelab bench --json`).
-int64_t decode_weight_bytes(const ModelWeights& weights, const ModelConfig& config);
+int64_t decode_weight_bytes(const ModelWeights& weights);
 
 }  // namespace servelab

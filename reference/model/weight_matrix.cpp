@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quant_matmul_fast.h"
 #include "reference/common/error.h"
 
 namespace servelab {
@@ -52,6 +53,15 @@ void WeightMatrix::multiply(const float* x, float* y, int64_t num_tokens) const 
         return;
     }
     const QuantMatrix view{type_, blocks_.data(), rows_, cols_, row_size_bytes(type_, cols_)};
+    if (mode_ == MatmulMode::kFast && has_fast_kernel(type_)) {
+        // One buffer per thread (each tensor-parallel rank is a thread),
+        // sized by the first, largest step and reused: steady decoding
+        // allocates nothing here.
+        thread_local QuantizedActivations activations;
+        quantize_activations(x, num_tokens, cols_, activations);
+        quant_matmul_fast(activations, view, y);
+        return;
+    }
     quant_matmul(x, view, y, num_tokens);
 }
 
@@ -68,6 +78,12 @@ void WeightMatrix::rows_as_floats(int64_t first, int64_t count, float* out) cons
     for (int64_t r = 0; r < count; ++r) {
         dequantize_row(type_, blocks_.data() + (first + r) * row_bytes, out + r * cols_, cols_);
     }
+}
+
+std::vector<float> WeightMatrix::to_floats() const {
+    std::vector<float> values(size_t(rows_ * cols_));
+    rows_as_floats(0, rows_, values.data());
+    return values;
 }
 
 const float* WeightMatrix::floats() const {

@@ -18,6 +18,15 @@
 
 namespace servelab {
 
+// How a quantized matrix multiplies (`servelab --cpu-kernels`):
+//   kExact: fp32 activations against the dequantized weights, the numbers the
+//     numpy oracle computes (kernels/cpu/quant_matmul.h). The default.
+//   kFast: activations quantized to int8 per 32-value block first, as
+//     llama.cpp does, so the dot products are integer SIMD
+//     (kernels/cpu/quant_matmul_fast.h). Q4_0, Q4_1 and Q8_0 only; other
+//     formats stay exact. docs/perf.md reports what it costs in accuracy.
+enum class MatmulMode { kExact, kFast };
+
 class WeightMatrix {
   public:
     WeightMatrix() = default;
@@ -33,16 +42,22 @@ class WeightMatrix {
     // Bytes held: what one pass over every row reads.
     int64_t bytes() const;
 
-    // y (num_tokens, rows) = x (num_tokens, cols) · Wᵀ, with fp32 activations.
+    MatmulMode mode() const { return mode_; }
+    void set_mode(MatmulMode mode) { mode_ = mode; }
+
+    // y (num_tokens, rows) = x (num_tokens, cols) · Wᵀ, by mode().
     void multiply(const float* x, float* y, int64_t num_tokens) const;
     // Rows [first, first + count) as floats into out (count × cols): an
     // embedding lookup, or a copy for a device.
     void rows_as_floats(int64_t first, int64_t count, float* out) const;
     // The fp32 values; throws unless the matrix is held as fp32.
     const float* floats() const;
+    // Every value as fp32 (a copy; for devices and tests).
+    std::vector<float> to_floats() const;
 
   private:
     GgmlType type_ = GgmlType::kF32;
+    MatmulMode mode_ = MatmulMode::kExact;
     int64_t rows_ = 0;
     int64_t cols_ = 0;
     std::vector<float> values_;    // when type_ == kF32

@@ -18,33 +18,37 @@
 #include <span>
 
 #include "reference/model/tokenizer.h"
+#include "reference/model/weight_matrix.h"
 #include "reference/parallel/communicator.h"
 #include "reference/parallel/tensor_parallel.h"
 
 namespace servelab {
 
-// y_shard (num_rows, out_shard_dim) = x (num_rows, in_dim) · w_shardᵀ, where
-// w_shard (out_shard_dim, in_dim) is this rank's rows of W.
-void column_parallel_linear(const float* x, const float* w_shard, float* y_shard, int64_t num_rows,
-                            int64_t in_dim, int64_t out_shard_dim);
+// Weights are WeightMatrix (reference/model/weight_matrix.h): quantized or
+// fp32, w.multiply(x, y, num_rows) computes y = x · wᵀ either way, and
+// w.rows() / w.cols() are the shard's own sizes.
 
-// y (num_rows, out_dim) = the sum over ranks of x_shard (num_rows,
-// in_shard_dim) · w_shardᵀ, where w_shard (out_dim, in_shard_dim) is this
-// rank's columns of W. Every rank ends with the same, whole y.
-void row_parallel_linear(const float* x_shard, const float* w_shard, float* y, int64_t num_rows,
-                         int64_t in_shard_dim, int64_t out_dim, Communicator& comm);
+// y_shard (num_rows, w_shard.rows()) = x (num_rows, w_shard.cols()) · w_shardᵀ,
+// where w_shard is this rank's rows of W (its output features).
+void column_parallel_linear(const float* x, const WeightMatrix& w_shard, float* y_shard,
+                            int64_t num_rows);
 
-// out (tokens.size(), dim) = embedding rows of `tokens`. table_shard holds
-// rows [shard.vocab_begin, shard.vocab_end) of the table; every rank ends
-// with every row.
-void vocab_parallel_embedding(std::span<const TokenId> tokens, const float* table_shard,
-                              const TensorParallelShard& shard, int64_t dim, float* out,
-                              Communicator& comm);
+// y (num_rows, w_shard.rows()) = the sum over ranks of x_shard (num_rows,
+// w_shard.cols()) · w_shardᵀ, where w_shard is this rank's columns of W (its
+// input features). Every rank ends with the same, whole y.
+void row_parallel_linear(const float* x_shard, const WeightMatrix& w_shard, float* y,
+                         int64_t num_rows, Communicator& comm);
+
+// out (tokens.size(), table_shard.cols()) = embedding rows of `tokens`.
+// table_shard holds rows [shard.vocab_begin, shard.vocab_end) of the table;
+// every rank ends with every row.
+void vocab_parallel_embedding(std::span<const TokenId> tokens, const WeightMatrix& table_shard,
+                              const TensorParallelShard& shard, float* out, Communicator& comm);
 
 // logits (num_rows, vocab_size) = x (num_rows, dim) · headᵀ, where
 // head_shard holds rows [shard.vocab_begin, shard.vocab_end) of the head.
 // Every rank ends with the whole rows.
-void vocab_parallel_logits(const float* x, const float* head_shard, int64_t num_rows, int64_t dim,
+void vocab_parallel_logits(const float* x, const WeightMatrix& head_shard, int64_t num_rows,
                            const TensorParallelShard& shard, int64_t vocab_size, float* logits,
                            Communicator& comm);
 

@@ -7,48 +7,10 @@
 
 #include "kernels/cpu/dequantize.h"
 #include "reference/common/error.h"
+#include "reference/model/weight_loading.h"
 
 namespace servelab {
 namespace {
-
-// Rows [row_begin, row_end) of a (num_rows, row_length) tensor, whole: the
-// output features of a column-parallel weight, or vocabulary rows.
-std::vector<float> load_rows(const GgufFile& file, const std::string& name, int64_t row_length,
-                             int64_t num_rows, int64_t row_begin, int64_t row_end) {
-    const GgufTensorInfo& info =
-        file.require_tensor(name, std::vector<int64_t>{row_length, num_rows});
-    const int64_t row_bytes = row_size_bytes(info.type, row_length);
-    std::vector<float> values(size_t((row_end - row_begin) * row_length));
-#pragma omp parallel for schedule(static)
-    for (int64_t row = row_begin; row < row_end; ++row) {
-        dequantize_row(info.type, info.data + row * row_bytes,
-                       values.data() + (row - row_begin) * row_length, row_length);
-    }
-    return values;
-}
-
-// Columns [col_begin, col_end) of every row: the input features of a
-// row-parallel weight. Quantized blocks span columns, so each row is
-// dequantized whole into scratch and only the slice is kept.
-std::vector<float> load_columns(const GgufFile& file, const std::string& name, int64_t row_length,
-                                int64_t num_rows, int64_t col_begin, int64_t col_end) {
-    const GgufTensorInfo& info =
-        file.require_tensor(name, std::vector<int64_t>{row_length, num_rows});
-    const int64_t row_bytes = row_size_bytes(info.type, row_length);
-    const int64_t width = col_end - col_begin;
-    std::vector<float> values(size_t(num_rows * width));
-#pragma omp parallel
-    {
-        std::vector<float> row_values(static_cast<size_t>(row_length));
-#pragma omp for schedule(static)
-        for (int64_t row = 0; row < num_rows; ++row) {
-            dequantize_row(info.type, info.data + row * row_bytes, row_values.data(), row_length);
-            std::copy(row_values.begin() + col_begin, row_values.begin() + col_end,
-                      values.begin() + row * width);
-        }
-    }
-    return values;
-}
 
 // A 1-D tensor (a norm's weights), whole: every rank holds it.
 std::vector<float> load_all(const GgufFile& file, const std::string& name, int64_t length) {
@@ -76,30 +38,33 @@ ModelWeights load_weight_shard(const GgufFile& file, const ModelConfig& config,
     const int64_t o_end = o_begin + local.attn_out_dim();
 
     ModelWeights weights;
-    weights.token_embedding = load_rows(file, "token_embd.weight", dim, config.vocab_size,
-                                        shard.vocab_begin, shard.vocab_end);
+    weights.token_embedding = load_matrix_rows(file, "token_embd.weight", dim, config.vocab_size,
+                                               shard.vocab_begin, shard.vocab_end);
     weights.layers.resize(size_t(config.num_layers));
     for (int64_t layer = 0; layer < config.num_layers; ++layer) {
         const std::string prefix = fmt::format("blk.{}.", layer);
         LayerWeights& w = weights.layers[size_t(layer)];
         w.attn_norm = load_all(file, prefix + "attn_norm.weight", dim);
-        w.wq = load_rows(file, prefix + "attn_q.weight", dim, config.q_dim(), q_begin, q_end);
-        w.wk = load_rows(file, prefix + "attn_k.weight", dim, config.kv_dim(), kv_begin, kv_end);
-        w.wv = load_rows(file, prefix + "attn_v.weight", dim, config.kv_dim(), kv_begin, kv_end);
-        w.wo = load_columns(file, prefix + "attn_output.weight", config.attn_out_dim(), dim,
-                            o_begin, o_end);
+        w.wq =
+            load_matrix_rows(file, prefix + "attn_q.weight", dim, config.q_dim(), q_begin, q_end);
+        w.wk = load_matrix_rows(file, prefix + "attn_k.weight", dim, config.kv_dim(), kv_begin,
+                                kv_end);
+        w.wv = load_matrix_rows(file, prefix + "attn_v.weight", dim, config.kv_dim(), kv_begin,
+                                kv_end);
+        w.wo = load_matrix_columns(file, prefix + "attn_output.weight", config.attn_out_dim(), dim,
+                                   o_begin, o_end);
         w.ffn_norm = load_all(file, prefix + "ffn_norm.weight", dim);
-        w.w_gate = load_rows(file, prefix + "ffn_gate.weight", dim, config.ffn_dim, shard.ffn_begin,
-                             shard.ffn_end);
-        w.w_up = load_rows(file, prefix + "ffn_up.weight", dim, config.ffn_dim, shard.ffn_begin,
-                           shard.ffn_end);
-        w.w_down = load_columns(file, prefix + "ffn_down.weight", config.ffn_dim, dim,
-                                shard.ffn_begin, shard.ffn_end);
+        w.w_gate = load_matrix_rows(file, prefix + "ffn_gate.weight", dim, config.ffn_dim,
+                                    shard.ffn_begin, shard.ffn_end);
+        w.w_up = load_matrix_rows(file, prefix + "ffn_up.weight", dim, config.ffn_dim,
+                                  shard.ffn_begin, shard.ffn_end);
+        w.w_down = load_matrix_columns(file, prefix + "ffn_down.weight", config.ffn_dim, dim,
+                                       shard.ffn_begin, shard.ffn_end);
     }
     weights.output_norm = load_all(file, "output_norm.weight", dim);
     if (!config.tied_embeddings) {
-        weights.output = load_rows(file, "output.weight", dim, config.vocab_size, shard.vocab_begin,
-                                   shard.vocab_end);
+        weights.output = load_matrix_rows(file, "output.weight", dim, config.vocab_size,
+                                          shard.vocab_begin, shard.vocab_end);
     }
     return weights;
 }

@@ -3,7 +3,8 @@
 // Part of Lab 7 (chapter 11.7). A rank never holds the whole model: each
 // tensor is read through the file's mapping and only this rank's rows
 // (column-parallel weights, embedding, head) or columns (row-parallel
-// weights) are dequantized and kept. Norms are small and replicated. The
+// weights) are kept, still quantized where the cut falls on block
+// boundaries (weight_loading.h). Norms are small and replicated. The
 // result is an ordinary Model whose config is the shard's local_config, so
 // the engine, the KV pool and the runner take it as they take a whole model.
 #pragma once

@@ -387,6 +387,55 @@ class TestThroughput(GraderTestCase):
         self.assertEqual(grade.throughput_points(0.0, spec), 0)
 
 
+# A throughput program look-alike (Lab 8's tools/gemv_speed.cpp): times both kernels itself.
+FAKE_PROGRAM = r'''#!{python}
+import json, sys
+
+with open({log!r}, "a") as log:
+    log.write("program " + " ".join(sys.argv[1:]) + "\n")
+if {fail!r}:
+    print("gemv_speed: not implemented: lab01: step4", file=sys.stderr)
+    sys.exit(1)
+print(json.dumps({{"mine_gb_per_s": {mine!r}, "theirs_gb_per_s": 10.0}}))
+'''
+
+PROGRAM_THROUGHPUT = {"name": "Kernel speed", "points": 10, "program": "tools/fake.cpp",
+                      "args": ["--trials", "3"], "metric": "mine_gb_per_s",
+                      "reference_metric": "theirs_gb_per_s", "repetitions": 2,
+                      "full_ratio": 0.8, "zero_ratio": 0.1}
+
+
+class TestThroughputProgram(GraderTestCase):
+
+    def grade_program(self, mine, fail=False):
+        self.fake_tests({"Norm.A": "pass"})
+        program = self.make_script(self.dir / "lab01_throughput", FAKE_PROGRAM.format(
+            python=sys.executable, log=str(self.log), mine=mine, fail=fail))
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5}],
+                            throughput=PROGRAM_THROUGHPUT)
+        _, results, _, _ = self.grade("--student-program", str(program))
+        return self.entry(results, "Kernel speed"), results
+
+    def test_ratio_of_the_two_metrics_of_one_program(self):
+        speed, results = self.grade_program(4.5)
+        self.assertAlmostEqual(speed["score"], 10 * (0.45 - 0.1) / (0.8 - 0.1), places=2)
+        self.assertEqual(results["leaderboard"][0]["value"], 0.45)
+        self.assertIn("timed in the same runs", speed["output"])
+        calls = [line for line in self.logged() if not line.startswith("tests")]
+        self.assertEqual(calls, ["program --trials 3"] * 2, "the CLIs are not run")
+
+    def test_failing_program_gets_nothing(self):
+        speed, results = self.grade_program(10.0, fail=True)
+        self.assertEqual((speed["score"], results["leaderboard"]), (0, []))
+        self.assertIn("not implemented: lab01: step4", speed["output"])
+
+    def test_program_needs_a_reference_metric(self):
+        bad = {k: v for k, v in PROGRAM_THROUGHPUT.items() if k != "reference_metric"}
+        with self.assertRaises(grade.ManifestError):
+            grade.parse_manifest({"lab": 1, "name": "fake", "throughput": bad,
+                                  "groups": [{"name": "N", "filter": "N.*", "points": 1}]}, 1, self.dir)
+
+
 class TestResultsFile(GraderTestCase):
 
     def test_schema(self):

@@ -42,16 +42,23 @@ void round_to_bf16(std::vector<float>& values) {
     for (float& v : values) v = __bfloat162float(__float2bfloat16(v));
 }
 
+// A matrix's values rounded to bf16, held as fp32.
+void round_to_bf16(WeightMatrix& matrix) {
+    if (matrix.empty()) return;
+    std::vector<float> values = matrix.to_floats();
+    round_to_bf16(values);
+    matrix = WeightMatrix::from_floats(std::move(values), matrix.rows(), matrix.cols());
+}
+
 // The weights the GPU computes with, as fp32: every tensor rounded to bf16.
 ModelWeights bf16_rounded(const ModelWeights& weights) {
     ModelWeights out = weights;
-    round_to_bf16(out.token_embedding);
     round_to_bf16(out.output_norm);
-    round_to_bf16(out.output);
+    for (WeightMatrix* m : {&out.token_embedding, &out.output}) round_to_bf16(*m);
     for (LayerWeights& l : out.layers) {
-        for (auto* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up,
-                        &l.w_down}) {
-            round_to_bf16(*t);
+        for (auto* t : {&l.attn_norm, &l.ffn_norm}) round_to_bf16(*t);
+        for (auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+            round_to_bf16(*m);
         }
     }
     return out;

@@ -89,10 +89,11 @@ std::pair<ModelConfig, ModelWeights> mha_twin(const Model& gqa) {
     config.num_kv_heads = config.num_heads;
     for (LayerWeights& layer : weights.layers) {
         // A (kv_heads*head_dim, dim) matrix is (kv_heads, head_dim*dim) token-free rows.
-        layer.wk =
-            repeat_kv_heads(layer.wk, 1, config.num_heads, gqa.config.num_kv_heads, head_dim * dim);
-        layer.wv =
-            repeat_kv_heads(layer.wv, 1, config.num_heads, gqa.config.num_kv_heads, head_dim * dim);
+        for (WeightMatrix* w : {&layer.wk, &layer.wv}) {
+            *w = WeightMatrix::from_floats(repeat_kv_heads(w->to_floats(), 1, config.num_heads,
+                                                           gqa.config.num_kv_heads, head_dim * dim),
+                                           config.num_heads * head_dim, dim);
+        }
     }
     return {config, weights};
 }

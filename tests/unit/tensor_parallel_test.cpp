@@ -183,10 +183,12 @@ TEST(ParallelLinear, ColumnParallelSlicesAreTheWholeOutputsColumns) {
         std::vector<std::vector<float>> slices(static_cast<size_t>(num_ranks));
         run_thread_ranks(num_ranks, [&](Communicator& comm) {
             const auto [begin, end] = piece(out_dim, num_ranks, comm.rank());
-            const std::vector<float> w_shard(w.begin() + begin * in_dim, w.begin() + end * in_dim);
+            const WeightMatrix w_shard = WeightMatrix::from_floats(
+                std::vector<float>(w.begin() + begin * in_dim, w.begin() + end * in_dim),
+                end - begin, in_dim);
             std::vector<float>& y = slices[size_t(comm.rank())];
             y.assign(size_t(rows * (end - begin)), kNaN);
-            column_parallel_linear(x.data(), w_shard.data(), y.data(), rows, in_dim, end - begin);
+            column_parallel_linear(x.data(), w_shard, y.data(), rows);
         });
         for (int r = 0; r < num_ranks; ++r) {
             const auto [begin, end] = piece(out_dim, num_ranks, r);
@@ -224,8 +226,9 @@ TEST(ParallelLinear, RowParallelPartialSumsAddUpToTheWholeOutputOnEveryRank) {
                 w_shard.insert(w_shard.end(), w.begin() + o * in_dim + begin,
                                w.begin() + o * in_dim + end);
             }
-            row_parallel_linear(x_shard.data(), w_shard.data(), outputs[size_t(comm.rank())].data(),
-                                rows, width, out_dim, comm);
+            row_parallel_linear(x_shard.data(),
+                                WeightMatrix::from_floats(std::move(w_shard), out_dim, width),
+                                outputs[size_t(comm.rank())].data(), rows, comm);
         });
         for (int r = 0; r < num_ranks; ++r) {
             EXPECT_LT(test::max_relative_error(outputs[size_t(r)], whole), 1e-5)
@@ -254,15 +257,17 @@ TEST(ParallelLinear, VocabParallelEmbeddingAndHeadGiveWholeRowsOnEveryRank) {
         std::vector<std::vector<float>> logits(num_ranks);
         run_thread_ranks(num_ranks, [&](Communicator& comm) {
             const TensorParallelShard shard = plan_shard(config, num_ranks, comm.rank());
-            const std::vector<float> table_shard(table.begin() + shard.vocab_begin * dim,
-                                                 table.begin() + shard.vocab_end * dim);
+            const WeightMatrix table_shard = WeightMatrix::from_floats(
+                std::vector<float>(table.begin() + shard.vocab_begin * dim,
+                                   table.begin() + shard.vocab_end * dim),
+                shard.vocab_rows(), dim);
             std::vector<float>& e = embedded[size_t(comm.rank())];
             e.assign(tokens.size() * size_t(dim), kNaN);
-            vocab_parallel_embedding(tokens, table_shard.data(), shard, dim, e.data(), comm);
+            vocab_parallel_embedding(tokens, table_shard, shard, e.data(), comm);
             std::vector<float>& l = logits[size_t(comm.rank())];
             l.assign(size_t(rows * config.vocab_size), kNaN);
-            vocab_parallel_logits(x.data(), table_shard.data(), rows, dim, shard, config.vocab_size,
-                                  l.data(), comm);
+            vocab_parallel_logits(x.data(), table_shard, rows, shard, config.vocab_size, l.data(),
+                                  comm);
         });
         for (int r = 0; r < num_ranks; ++r) {
             for (size_t t = 0; t < tokens.size(); ++t) {

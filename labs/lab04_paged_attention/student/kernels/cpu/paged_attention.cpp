@@ -19,12 +19,18 @@ void paged_attention(const float* q, const float* key_pool, const float* value_p
     const int64_t kv_stride = s.num_kv_heads * s.head_dim;  // floats per pool row
     const int64_t first_query_position = s.num_keys - s.num_queries;
     // Where each visible token's row is in the pool: the block table lookup,
-    // done once per call rather than once per head.
-    std::vector<int64_t> pool_row(static_cast<size_t>(s.num_keys));
+    // done once per call rather than once per head. The scratch is this
+    // thread's and only grows, so decode steps allocate nothing; the
+    // references below are what the worker threads read.
+    thread_local std::vector<int64_t> pool_row_scratch;
+    thread_local std::vector<std::vector<int64_t>> readers_scratch;
+    std::vector<int64_t>& pool_row = pool_row_scratch;
+    pool_row.resize(static_cast<size_t>(s.num_keys));
     // TODO(lab04): token j is in logical block j / block_size at offset j % block_size;
     // TODO(lab04): physical block = block_table[logical]; its first row is block * block_size
     throw NotImplemented("lab04: paged_attention");
-    const auto readers = query_heads_by_kv_head(s);
+    std::vector<std::vector<int64_t>>& readers = readers_scratch;
+    query_heads_by_kv_head(s, readers);
 
     // attention_over_kv's loops (attention_group.h), with rows read through pool_row.
     parallel_for(s.num_queries * s.num_kv_heads, [&](int64_t item) {

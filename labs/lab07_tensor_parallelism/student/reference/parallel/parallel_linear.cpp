@@ -12,34 +12,32 @@
 
 #include <algorithm>
 #include <vector>
-
-#include "kernels/cpu/matmul.h"
 #include "reference/common/not_implemented.h"
 
 namespace servelab {
 
-void column_parallel_linear(const float* x, const float* w_shard, float* y_shard, int64_t num_rows,
-                            int64_t in_dim, int64_t out_shard_dim) {
-    // TODO(lab07): this rank's slice of the output is an ordinary matmul with its rows of W
+void column_parallel_linear(const float* x, const WeightMatrix& w_shard, float* y_shard,
+                            int64_t num_rows) {
+    // TODO(lab07): this rank's slice of the output is an ordinary product with its rows of W
     throw NotImplemented("lab07: column_parallel_linear");
 }
 
-void row_parallel_linear(const float* x_shard, const float* w_shard, float* y, int64_t num_rows,
-                         int64_t in_shard_dim, int64_t out_dim, Communicator& comm) {
+void row_parallel_linear(const float* x_shard, const WeightMatrix& w_shard, float* y,
+                         int64_t num_rows, Communicator& comm) {
     // TODO(lab07): multiply this rank's input slice by its columns of W: a partial sum of y
     // TODO(lab07): then add every rank's partial sums (comm.all_reduce_sum over all of y)
     throw NotImplemented("lab07: row_parallel_linear");
 }
 
-void vocab_parallel_embedding(std::span<const TokenId> tokens, const float* table_shard,
-                              const TensorParallelShard& shard, int64_t dim, float* out,
-                              Communicator& comm) {
-    // TODO(lab07): row t is table_shard's row (token - vocab_begin) when this rank holds the token,
-    // TODO(lab07): zeros otherwise: exactly one rank holds each token, so a sum completes every row
+void vocab_parallel_embedding(std::span<const TokenId> tokens, const WeightMatrix& table_shard,
+                              const TensorParallelShard& shard, float* out, Communicator& comm) {
+    // TODO(lab07): row t is table_shard's row (token - vocab_begin) when this rank holds the token
+    // TODO(lab07): (table_shard.rows_as_floats copies it out), zeros otherwise: exactly one rank
+    // TODO(lab07): holds each token, so a sum completes every row
     throw NotImplemented("lab07: vocab_parallel_embedding");
 }
 
-void vocab_parallel_logits(const float* x, const float* head_shard, int64_t num_rows, int64_t dim,
+void vocab_parallel_logits(const float* x, const WeightMatrix& head_shard, int64_t num_rows,
                            const TensorParallelShard& shard, int64_t vocab_size, float* logits,
                            Communicator& comm) {
     // TODO(lab07): compute this rank's (num_rows, vocab_rows) logits, all_gather them with

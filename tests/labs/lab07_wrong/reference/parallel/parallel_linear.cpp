@@ -15,47 +15,45 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/cpu/matmul.h"
-
 namespace servelab {
 
-void column_parallel_linear(const float* x, const float* w_shard, float* y_shard, int64_t num_rows,
-                            int64_t in_dim, int64_t out_shard_dim) {
+void column_parallel_linear(const float* x, const WeightMatrix& w_shard, float* y_shard,
+                            int64_t num_rows) {
     // BEGIN SOLUTION lab07
-    // HINT: this rank's slice of the output is an ordinary matmul with its rows of W
-    matmul(x, w_shard, y_shard, num_rows, in_dim, out_shard_dim);
+    // HINT: this rank's slice of the output is an ordinary product with its rows of W
+    w_shard.multiply(x, y_shard, num_rows);
     // END SOLUTION
 }
 
-void row_parallel_linear(const float* x_shard, const float* w_shard, float* y, int64_t num_rows,
-                         int64_t in_shard_dim, int64_t out_dim, Communicator& comm) {
+void row_parallel_linear(const float* x_shard, const WeightMatrix& w_shard, float* y,
+                         int64_t num_rows, Communicator& comm) {
     // BEGIN SOLUTION lab07
     // HINT: multiply this rank's input slice by its columns of W: a partial sum of y
     // HINT: then add every rank's partial sums (comm.all_reduce_sum over all of y)
-    matmul(x_shard, w_shard, y, num_rows, in_shard_dim, out_dim);
-    comm.all_reduce_sum(std::span(y, size_t(num_rows * out_dim)));
+    w_shard.multiply(x_shard, y, num_rows);
+    comm.all_reduce_sum(std::span(y, size_t(num_rows * w_shard.rows())));
     // END SOLUTION
 }
 
-void vocab_parallel_embedding(std::span<const TokenId> tokens, const float* table_shard,
-                              const TensorParallelShard& shard, int64_t dim, float* out,
-                              Communicator& comm) {
+void vocab_parallel_embedding(std::span<const TokenId> tokens, const WeightMatrix& table_shard,
+                              const TensorParallelShard& shard, float* out, Communicator& comm) {
     // BEGIN SOLUTION lab07
-    // HINT: row t is table_shard's row (token - vocab_begin) when this rank holds the token,
-    // HINT: zeros otherwise: exactly one rank holds each token, so a sum completes every row
+    // HINT: row t is table_shard's row (token - vocab_begin) when this rank holds the token
+    // HINT: (table_shard.rows_as_floats copies it out), zeros otherwise: exactly one rank
+    // HINT: holds each token, so a sum completes every row
+    const int64_t dim = table_shard.cols();
     for (size_t t = 0; t < tokens.size(); ++t) {
         float* row = out + int64_t(t) * dim;
         const int64_t id = tokens[t];
         if (id >= shard.vocab_begin && id < shard.vocab_end) {
-            const float* source = table_shard + (id - shard.vocab_begin) * dim;
-            std::copy(source, source + dim, row);
+            table_shard.rows_as_floats(id - shard.vocab_begin, 1, row);
         }
     }
     comm.all_reduce_sum(std::span(out, tokens.size() * size_t(dim)));
     // END SOLUTION
 }
 
-void vocab_parallel_logits(const float* x, const float* head_shard, int64_t num_rows, int64_t dim,
+void vocab_parallel_logits(const float* x, const WeightMatrix& head_shard, int64_t num_rows,
                            const TensorParallelShard& shard, int64_t vocab_size, float* logits,
                            Communicator& comm) {
     // BEGIN SOLUTION lab07
@@ -64,11 +62,11 @@ void vocab_parallel_logits(const float* x, const float* head_shard, int64_t num_
     // HINT: columns [its vocab_begin, its vocab_end) of each row
     const int64_t local_vocab = shard.vocab_rows();
     if (shard.num_ranks == 1) {  // the whole head: nothing to gather
-        matmul(x, head_shard, logits, num_rows, dim, local_vocab);
+        head_shard.multiply(x, logits, num_rows);
         return;
     }
     std::vector<float> local(size_t(num_rows * local_vocab));
-    matmul(x, head_shard, local.data(), num_rows, dim, local_vocab);
+    head_shard.multiply(x, local.data(), num_rows);
     // The gather concatenates whole blocks, rank after rank: (rows, v_0),
     // (rows, v_1), …; each row of the result interleaves them.
     std::vector<int64_t> counts;
