@@ -11,6 +11,11 @@
 //   Σ w·x ≈ d·d_x·Σ q·c + m·(d_x·Σ c)      (Q4_1; Q4_0: m = −8d; Q8_0: m = 0)
 // The cost is the activations' rounding error, at most d_x / 2 per value;
 // docs/perf.md measures what it does to the golden prompts' logits.
+//
+// Kernels, chosen at run time by what the CPU has: AVX2 (maddubs + madd),
+// AVX-VNNI (dpbusd: both in one instruction) in tiles of 4 rows × 2 tokens,
+// AVX-512 VNNI (two blocks per instruction, 4 rows × 4 tokens) for steps of
+// 4 tokens or more, and portable loops everywhere else (ARM64 today).
 #pragma once
 
 #include <cstdint>

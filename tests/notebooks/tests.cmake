@@ -29,6 +29,8 @@
 #                                   all-reduce latency and bandwidth per back end (threads, MPI) and
 #                                   their alpha-beta fit; predicted against measured all-reduce time;
 #                                   decode step against N; predicted 7B/70B steps on NVLink and PCIe
+#   notebook_lab08_kernels          GB/s of weights of the Q4_1 GEMV per step (servelab_bench's Gemv
+#                                   cases) against the memory read bandwidth (membw_probe): the roof
 #   notebook_serving_latency        TTFT/TPOT/E2E percentiles, throughput and goodput against the
 #                                   request rate (tools/serve_side_by_side.py; small mode: servelab
 #                                   alone on a tiny model, no llama.cpp)
@@ -59,7 +61,7 @@ if(servelab_notebooks_ready)
     "OMP_NUM_THREADS=1")
   foreach(notebook lab01_naive_decoding lab02_kv_cache lab03_kv_compression lab04_paged_attention
                   lab05_continuous_batching lab06_speculative_decoding lab07_tensor_parallelism
-                  serving_latency)
+                  lab08_kernels serving_latency)
     add_test(NAME notebook_${notebook}
       COMMAND ${SERVELAB_PYTHON} -m jupyter nbconvert --to notebook --execute
               --ExecutePreprocessor.timeout=240
