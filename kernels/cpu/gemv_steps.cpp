@@ -186,7 +186,7 @@ SERVELAB_AVX2 void pass_blocked(const float* x, const uint8_t* row, int64_t row_
     // BEGIN SOLUTION lab08 (gemv_step4_blocked)
     // HINT: as rows_simd, but kRows accumulators: per block load x (four vectors) and
     // HINT: their sum once, then for each of the kRows rows unpack its codes and update
-    // HINT: its accumulator. kRows is a constant, so the compiler keeps all of it in registers.
+    // HINT: its accumulator. kRows is a constant: the compiler keeps them all in registers.
     __m256 acc[kRows];
     for (int k = 0; k < kRows; ++k) acc[k] = _mm256_setzero_ps();
     __m256 codes[4];

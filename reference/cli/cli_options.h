@@ -22,7 +22,7 @@ inline constexpr const char* kDefaultModelPath = "data/models/SmolLM2-135M-Instr
 
 struct ModelOptions {
     std::string path = kDefaultModelPath;
-    int threads = 0;  // 0 = OpenMP's default (all cores)
+    int threads = 0;                    // 0 = OpenMP's default (all cores)
     std::string cpu_kernels = "exact";  // MatmulMode: "exact" or "fast"
 
     MatmulMode matmul_mode() const;

@@ -110,7 +110,7 @@ SERVELAB_AVX2 void pass_blocked(const float* x, const uint8_t* row, int64_t row_
                                 int64_t num_blocks, float* out) {
     // TODO(lab08): as rows_simd, but kRows accumulators: per block load x (four vectors) and
     // TODO(lab08): their sum once, then for each of the kRows rows unpack its codes and update
-    // TODO(lab08): its accumulator. kRows is a constant, so the compiler keeps all of it in registers.
+    // TODO(lab08): its accumulator. kRows is a constant: the compiler keeps them all in registers.
     throw NotImplemented("lab08: gemv_step4_blocked");
 }
 
