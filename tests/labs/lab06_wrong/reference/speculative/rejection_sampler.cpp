@@ -1,6 +1,10 @@
 // KNOWN-WRONG implementation for the grader self-test (tests/labs/README.md): after a
 // rejection the next token is drawn from p itself instead of the residual max(0, p - q), so
-// the part of p the draft already covered is counted twice and the output is biased.
+// the part of p the draft already covered is counted twice and the output is biased; and
+// greedy verification takes the bonus token from the last draft's row when every draft
+// matched. (The second bug is deterministic: the chi-square test of the engine arm cannot
+// catch the first on every random tiny model, and without it the known-wrong score could
+// reach 51 of 100, seed 2075852978.)
 // rejection_sampler.cpp — see rejection_sampler.h.
 #include "reference/speculative/rejection_sampler.h"
 
@@ -53,7 +57,10 @@ Verification verify_greedy(std::span<const TokenId> draft, std::span<const float
            argmax(row(size_t(result.num_accepted))) == draft[size_t(result.num_accepted)]) {
         ++result.num_accepted;
     }
-    result.next_token = argmax(row(size_t(result.num_accepted)));
+    // Planted: when every draft matched, the bonus token comes from the last draft's row
+    // (row K - 1) instead of row K, so it repeats the last draft.
+    const size_t last_row = std::min(size_t(result.num_accepted), draft.size() - 1);
+    result.next_token = argmax(row(draft.empty() ? 0 : last_row));
     return result;
 }
 
