@@ -34,25 +34,14 @@ import sys
 import time
 from pathlib import Path
 
+from serve_side_by_side import ensure_llama_cpp_server
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = ROOT / "data/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-PEER_REQUIREMENTS = ROOT / "tools/requirements-peers.txt"
 
 
 def log(message: str) -> None:
     print(f"[cpu-report] {message}", file=sys.stderr, flush=True)
-
-
-def ensure_llama_cpp() -> None:
-    try:
-        import llama_cpp  # noqa: F401
-        return
-    except ImportError:
-        pass
-    log(f"installing {PEER_REQUIREMENTS.name} (llama-cpp-python builds llama.cpp from source: "
-        "several minutes on 2 cores)")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-r", str(PEER_REQUIREMENTS)],
-                   check=True)
 
 
 class LlamaCpp:
@@ -126,7 +115,7 @@ def main() -> int:
                        (args.membw_bin, "membw_probe (make build)")]:
         if not path.is_file():
             parser.error(f"no {what} at {path}")
-    ensure_llama_cpp()
+    ensure_llama_cpp_server()  # the same pinned llama-cpp-python as make serve-report
     import llama_cpp
 
     llama = LlamaCpp(args.model, args.threads, context=args.prefill_tokens + args.gen_tokens + 64)
@@ -191,13 +180,12 @@ def main() -> int:
                   f"({weight_bytes_per_token / 1e6:.1f} MB of weights per token; target >= 70%)")
     print(f"{'memory read bandwidth GB/s':<40} {bandwidth:>10.2f}   (membw_probe, "
           f"{args.threads} threads)")
-    share = shares
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "model": str(args.model), "threads": args.threads, "repetitions": args.repetitions,
         "llama_cpp_python": llama_cpp.__version__, "samples": samples, "median": median,
-        "weight_bytes_per_token": weight_bytes_per_token, "bandwidth_share": share,
+        "weight_bytes_per_token": weight_bytes_per_token, "bandwidth_share": shares,
     }, indent=1))
     log(f"every sample: {args.out}")
     return 0
