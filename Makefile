@@ -1,6 +1,9 @@
 # servelab — the two commands of README.md, and a few helpers.
-#   make run    set up, build, and chat with the default model (SmolLM2-135M-Instruct)
-#   make test   set up, build, and run the whole test suite through ctest
+#   make run       set up, build, and chat with the default model (SmolLM2-135M-Instruct)
+#   make test      set up, build, and run the test suite through ctest (all but the
+#                  `slow` label), then print the ten slowest tests
+#   make test-all  the same with the slow tests too (the full mutation run, a long
+#                  fuzz run, the GPU-check build): about half an hour more
 # Both are idempotent: re-running skips what is already installed or built.
 
 MAKEFLAGS += --no-print-directory
@@ -9,7 +12,7 @@ PYTHON := .venv/bin/python
 MODEL := data/models/SmolLM2-135M-Instruct.Q4_1.gguf
 QUESTION ?= What is the capital of France? Answer in one sentence.
 
-.PHONY: run test setup build build-fuzz model goldens grade skeletons bench serve-report cpu-report clean
+.PHONY: run test test-all setup build build-fuzz model goldens grade skeletons bench serve-report cpu-report clean
 
 setup:
 	@bash tools/setup.sh
@@ -28,9 +31,16 @@ build-fuzz: setup
 run: build
 	@build/release/servelab chat --model $(MODEL) --message "$(QUESTION)" --max-tokens 128
 
+# One ctest run (the fuzz target, built by its own clang preset, is one of its
+# tests); the timings are read back from its JUnit report.
+CTEST_REPORT := build/release/ctest-junit.xml
 test: build build-fuzz
-	@ctest --preset release -j $(JOBS)
-	@ctest --preset fuzz
+	@status=0; ctest --preset release -j $(JOBS) -LE slow --output-junit ctest-junit.xml || status=$$?; \
+	  python3 tools/slowest_tests.py $(CTEST_REPORT); exit $$status
+
+test-all: build build-fuzz
+	@status=0; ctest --preset release -j $(JOBS) --output-junit ctest-junit.xml || status=$$?; \
+	  python3 tools/slowest_tests.py $(CTEST_REPORT); exit $$status
 
 # Regenerate the committed goldens from llama.cpp (llama-cpp-python builds
 # llama.cpp from source: several minutes) and the gguf package.

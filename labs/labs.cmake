@@ -1,60 +1,57 @@
-# labs/labs.cmake — one engine build per lab, its test binaries, and the
-# grader's self-tests. Included from the top CMakeLists.txt.
+# labs/labs.cmake — one engine build per lab, its test binaries, its planted
+# bugs, and the grader's self-tests. Included from the top CMakeLists.txt.
 #
 # For a lab folder labs/labNN_<name>/ (with a manifest.json) this builds:
 #   servelab_labNN_core      the engine with the lab's student/ files in place of
 #                            the matching reference files (everything else:
-#                            reference, shared objects from servelab_common)
+#                            reference objects, compiled once and shared)
 #   servelab-labNN           the CLI on that engine: chat with your own code
 #   labNN_tests              the lab's tests (manifest "test_sources") on it
 #   labNN_tests_reference    the same tests on the reference engine
-#   labNN_tests_wrong        the same tests on a known-wrong implementation
-#                            (tests/labs/labNN_wrong/<path>), for self-tests
+#   labNN_bug_<name>_tests   the same tests on the reference with one planted
+#                            bug (tests/labs/labNN/<name>.patch, applied at build
+#                            time by tools/planted_bugs.py), for the self-tests
 #   labNN_throughput         when the manifest's throughput names a "program"
 #                            (a source file with a main, e.g. tools/gemv_speed.cpp
 #                            for Lab 8's kernels): that program on the lab's
 #                            engine, and labNN_throughput_reference on the
 #                            reference one; the grader runs it instead of the CLIs
-# and registers the grader self-tests: reference = 100%, skeleton = 0%,
-# known-wrong < 50%, reference-vs-reference throughput ratio in [0.85, 1.15]
-# (with a throughput program: reference solution vs reference kernel, [0.85, 1.5]).
+# and registers the grader self-tests (label "grader"):
+#   grade_labNN_reference_scores_100        the reference scores 100 (tests and speed;
+#                                           SKIPPED when the machine is too busy to time)
+#   grade_labNN_skeleton_scores_0           the generated skeleton scores 0, saying
+#                                           "not implemented" in every group
+#   grade_labNN_reference_throughput_ratio  the reference timed against itself gives a
+#                                           ratio in [0.9, 1.1] (SKIPPED when busy)
+#   grade_labNN_bug_<name>                  each planted bug alone loses points in the
+#                                           group that should catch it, whose message
+#                                           names the mistake
 #
 # A lab with a GPU track (manifest_cuda.json; its student/ folder holds .cu
 # files) also gets, where CUDA is compiled (servelab_cuda exists):
 #   labNN_cuda_tests           the manifest's tests on the reference engine with
 #                              the student's .cu objects linked in front of it
 #   labNN_cuda_tests_reference / labNN_cuda_tests_wrong   the same, reference /
-#                              tests/labs/labNN_wrong/**/*.cu
+#                              every cuda-track planted bug of the lab at once
 #   servelab-labNN-cuda        the CLI with the student's kernels
 # and the same grader self-tests, named grade_labNN_cuda_*, which report
 # SKIPPED (grade.py exits 77) on a machine without a usable GPU. The CPU
 # track builds ignore the .cu files, so it grades exactly as without them.
 
-# The reference files that `overrides` (files under some root, mirroring
-# repository paths) replace; `root` is stripped to get the reference path.
-function(servelab_replaced_sources out_var root)
-  set(replaced "")
-  foreach(file ${ARGN})
-    string(REPLACE "${root}/" "${CMAKE_SOURCE_DIR}/" reference_file ${file})
-    list(APPEND replaced ${reference_file})
-  endforeach()
-  set(${out_var} ${replaced} PARENT_SCOPE)
-endfunction()
+find_package(Python3 COMPONENTS Interpreter)
+set(SERVELAB_GRADER ${CMAKE_SOURCE_DIR}/tools/grade.py)
+set(SERVELAB_PLANTER ${CMAKE_SOURCE_DIR}/tools/planted_bugs.py)
 
 # An engine with `root`'s files in place of the exercise files they mirror.
 function(servelab_engine_with_overrides name root)
   file(GLOB_RECURSE overrides CONFIGURE_DEPENDS ${root}/*.cpp)
-  servelab_replaced_sources(replaced ${root} ${overrides})
-  set(kept ${SERVELAB_EXERCISE_SOURCES})
-  if(replaced)
-    list(REMOVE_ITEM kept ${replaced})
-  endif()
-  servelab_engine_library(${name} ${overrides} ${kept})
+  servelab_engine_library(${name} ${root} ${overrides})
 endfunction()
 
 function(servelab_lab_test_binary name test_objects engine)
-  add_executable(${name} $<TARGET_OBJECTS:${test_objects}>)
-  target_link_libraries(${name} PRIVATE ${engine} GTest::gmock GTest::gtest GTest::gtest_main)
+  add_executable(${name} $<TARGET_OBJECTS:${test_objects}> $<TARGET_OBJECTS:servelab_test_main>
+                         ${ARGN})
+  target_link_libraries(${name} PRIVATE ${engine} GTest::gmock GTest::gtest)
 endfunction()
 
 # The test source files a manifest lists, as absolute paths.
@@ -70,21 +67,53 @@ function(servelab_manifest_test_sources out_var manifest_file)
   set(${out_var} ${sources} PARENT_SCOPE)
 endfunction()
 
+# ---------------------------------------------------------------- planted bugs
+# tools/planted_bugs.py reads tests/labs/labNN/*.patch into a CMake list; a
+# new or edited patch re-runs it. Each bug's files are written at build time
+# (a patch that no longer applies fails the build, naming its hunk).
+set(SERVELAB_PLANTED_BUGS "")
+if(Python3_Interpreter_FOUND)
+  file(GLOB SERVELAB_BUG_PATCHES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/labs/lab*/*.patch)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+               ${SERVELAB_BUG_PATCHES} ${SERVELAB_PLANTER})
+  execute_process(
+    COMMAND ${Python3_EXECUTABLE} ${SERVELAB_PLANTER} cmake ${CMAKE_BINARY_DIR}/planted_bugs.cmake
+    RESULT_VARIABLE planted_bugs_rc ERROR_VARIABLE planted_bugs_error)
+  if(NOT planted_bugs_rc EQUAL 0)
+    message(FATAL_ERROR "tools/planted_bugs.py could not read the planted bugs:\n${planted_bugs_error}")
+  endif()
+  include(${CMAKE_BINARY_DIR}/planted_bugs.cmake)
+else()
+  message(STATUS "servelab: no Python 3 interpreter; the planted-bug builds and self-tests are skipped")
+endif()
+
+# The generated files of one bug, as absolute paths; adds the command that writes them.
+function(servelab_planted_bug_sources out_var bug)
+  set(key SERVELAB_BUG_${bug})
+  set(out_dir ${CMAKE_BINARY_DIR}/planted_bugs/${${key}_LAB}/${${key}_NAME})
+  set(outputs "")
+  set(references "")
+  foreach(path ${${key}_FILES})
+    list(APPEND outputs ${out_dir}/${path})
+    list(APPEND references ${CMAKE_SOURCE_DIR}/${path})
+  endforeach()
+  add_custom_command(OUTPUT ${outputs}
+    COMMAND ${Python3_EXECUTABLE} ${SERVELAB_PLANTER} apply ${${key}_PATCH} ${out_dir}
+    DEPENDS ${${key}_PATCH} ${references} ${SERVELAB_PLANTER}
+    COMMENT "Planting ${${key}_LAB}/${${key}_NAME}"
+    VERBATIM)
+  set(${out_var} ${outputs} PARENT_SCOPE)
+endfunction()
+
+# ---------------------------------------------------------------- GPU track
 # `root`'s .cu files (mirroring kernels/cuda/ paths), compiled as objects
 # like servelab_cuda's. They go on the link line as objects, ahead of the
 # engine's archives, so they — not servelab_cuda's reference versions — define
 # the kernels, whoever calls them (a test or the engine); a reference object
 # is then never pulled from the archive (if it were, the link would fail with
 # a duplicate symbol, never pick silently).
-function(servelab_cuda_overrides name root)
-  file(GLOB_RECURSE overrides CONFIGURE_DEPENDS ${root}/*.cu)
-  servelab_replaced_sources(replaced ${root} ${overrides})
-  foreach(file ${replaced})
-    if(NOT EXISTS ${file})
-      message(FATAL_ERROR "${root}: a .cu file that replaces ${file}, which does not exist")
-    endif()
-  endforeach()
-  add_library(${name} OBJECT ${overrides})
+function(servelab_cuda_overrides name)
+  add_library(${name} OBJECT ${ARGN})
   target_link_libraries(${name} PRIVATE servelab_cuda)
   target_compile_options(${name} PRIVATE
     "$<$<COMPILE_LANGUAGE:CUDA>:SHELL:--Werror all-warnings>"
@@ -92,31 +121,44 @@ function(servelab_cuda_overrides name root)
 endfunction()
 
 function(servelab_cuda_test_binary name test_objects)
-  add_executable(${name} $<TARGET_OBJECTS:${test_objects}>)
+  add_executable(${name} $<TARGET_OBJECTS:${test_objects}> $<TARGET_OBJECTS:servelab_test_main>)
   foreach(overrides ${ARGN})
     target_sources(${name} PRIVATE $<TARGET_OBJECTS:${overrides}>)
   endforeach()
-  target_link_libraries(${name} PRIVATE servelab_core GTest::gmock GTest::gtest GTest::gtest_main)
+  target_link_libraries(${name} PRIVATE servelab_core GTest::gmock GTest::gtest)
 endfunction()
 
 # A lab's GPU track: its binaries and, with Python, its grader self-tests.
 function(servelab_lab_cuda_track lab lab_dir lab_number)
   servelab_manifest_test_sources(test_sources ${lab_dir}/manifest_cuda.json)
   add_library(${lab}_cuda_test_objects OBJECT ${test_sources})
-  target_link_libraries(${lab}_cuda_test_objects PRIVATE servelab_common servelab_cuda
+  target_link_libraries(${lab}_cuda_test_objects PRIVATE servelab_settings servelab_cuda
                                                          GTest::gmock GTest::gtest)
   target_compile_definitions(${lab}_cuda_test_objects PRIVATE
                              SERVELAB_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
-  servelab_cuda_overrides(${lab}_cuda_student_kernels ${lab_dir}/student)
+  file(GLOB_RECURSE student_kernels CONFIGURE_DEPENDS ${lab_dir}/student/*.cu)
+  foreach(file ${student_kernels})
+    string(REPLACE "${lab_dir}/student/" "${CMAKE_SOURCE_DIR}/" reference_file ${file})
+    if(NOT EXISTS ${reference_file})
+      message(FATAL_ERROR "${file} replaces ${reference_file}, which does not exist")
+    endif()
+  endforeach()
+  servelab_cuda_overrides(${lab}_cuda_student_kernels ${student_kernels})
   servelab_cuda_test_binary(${lab}_cuda_tests ${lab}_cuda_test_objects ${lab}_cuda_student_kernels)
   servelab_cuda_test_binary(${lab}_cuda_tests_reference ${lab}_cuda_test_objects)
   add_executable(servelab-${lab}-cuda $<TARGET_OBJECTS:servelab_cli>
                                       $<TARGET_OBJECTS:${lab}_cuda_student_kernels>)
   target_link_libraries(servelab-${lab}-cuda PRIVATE servelab_core CLI11::CLI11)
-  set(wrong_root ${CMAKE_SOURCE_DIR}/tests/labs/${lab}_wrong)
-  file(GLOB_RECURSE wrong_kernels ${wrong_root}/*.cu)
+  # Every cuda-track bug of the lab at once (each patches its own kernel file).
+  set(wrong_kernels "")
+  foreach(bug ${SERVELAB_PLANTED_BUGS})
+    if(SERVELAB_BUG_${bug}_LAB STREQUAL lab AND SERVELAB_BUG_${bug}_TRACK STREQUAL "cuda")
+      servelab_planted_bug_sources(bug_sources ${bug})
+      list(APPEND wrong_kernels ${bug_sources})
+    endif()
+  endforeach()
   if(wrong_kernels)
-    servelab_cuda_overrides(${lab}_cuda_wrong_kernels ${wrong_root})
+    servelab_cuda_overrides(${lab}_cuda_wrong_kernels ${wrong_kernels})
     servelab_cuda_test_binary(${lab}_cuda_tests_wrong ${lab}_cuda_test_objects
                               ${lab}_cuda_wrong_kernels)
   endif()
@@ -144,9 +186,7 @@ function(servelab_lab_cuda_track lab lab_dir lab_number)
     LABELS "grader;cuda" TIMEOUT 600 RUN_SERIAL TRUE SKIP_RETURN_CODE 77)
 endfunction()
 
-find_package(Python3 COMPONENTS Interpreter)
-set(SERVELAB_GRADER ${CMAKE_SOURCE_DIR}/tools/grade.py)
-
+# ---------------------------------------------------------------- the labs
 file(GLOB SERVELAB_LAB_DIRS LIST_DIRECTORIES true ${CMAKE_SOURCE_DIR}/labs/lab[0-9][0-9]_*)
 foreach(lab_dir ${SERVELAB_LAB_DIRS})
   if(NOT EXISTS ${lab_dir}/manifest.json)
@@ -164,22 +204,31 @@ foreach(lab_dir ${SERVELAB_LAB_DIRS})
   # Tests, compiled once and linked against each engine.
   servelab_manifest_test_sources(test_sources ${lab_dir}/manifest.json)
   add_library(${lab}_test_objects OBJECT ${test_sources})
-  target_link_libraries(${lab}_test_objects PRIVATE servelab_common GTest::gmock GTest::gtest)
+  target_link_libraries(${lab}_test_objects PRIVATE servelab_settings GTest::gmock GTest::gtest)
   target_compile_definitions(${lab}_test_objects PRIVATE SERVELAB_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
   servelab_lab_test_binary(${lab}_tests ${lab}_test_objects servelab_${lab}_core)
   servelab_lab_test_binary(${lab}_tests_reference ${lab}_test_objects servelab_core)
-  set(wrong_root ${CMAKE_SOURCE_DIR}/tests/labs/${lab}_wrong)
-  if(EXISTS ${wrong_root})
-    servelab_engine_with_overrides(servelab_${lab}_wrong_core ${wrong_root})
-    servelab_lab_test_binary(${lab}_tests_wrong ${lab}_test_objects servelab_${lab}_wrong_core)
-  endif()
+
+  # One test binary per planted bug: the bug's files are compiled into the
+  # executable, so they come before servelab_core on the link line and the
+  # archive's reference versions of those files are never pulled in.
+  set(lab_bugs "")
+  foreach(bug ${SERVELAB_PLANTED_BUGS})
+    if(SERVELAB_BUG_${bug}_LAB STREQUAL lab AND SERVELAB_BUG_${bug}_TRACK STREQUAL "cpu")
+      servelab_planted_bug_sources(bug_sources ${bug})
+      servelab_lab_test_binary(${lab}_bug_${SERVELAB_BUG_${bug}_NAME}_tests ${lab}_test_objects
+                               servelab_core ${bug_sources})
+      list(APPEND lab_bugs ${SERVELAB_BUG_${bug}_NAME})
+    endif()
+  endforeach()
+
   # A throughput program (Lab 8): it times the student's kernel against a
-  # reference kernel itself; the self-tests below run the reference build's.
+  # reference kernel itself. The self-tests run the reference build's, with
+  # the reference solution as its baseline: the same kernel on both sides.
   file(READ ${lab_dir}/manifest.json manifest)
   string(JSON throughput_program ERROR_VARIABLE no_throughput_program
          GET ${manifest} throughput program)
   set(program_args "")
-  set(ratio_high 1.15)
   if(NOT no_throughput_program)
     foreach(engine_suffix IN ITEMS "" _reference)
       set(engine servelab_${lab}_core)
@@ -189,10 +238,8 @@ foreach(lab_dir ${SERVELAB_LAB_DIRS})
       add_executable(${lab}_throughput${engine_suffix} ${CMAKE_SOURCE_DIR}/${throughput_program})
       target_link_libraries(${lab}_throughput${engine_suffix} PRIVATE ${engine})
     endforeach()
-    set(program_args --student-program $<TARGET_FILE:${lab}_throughput_reference>)
-    # Its ratio is the reference solution against a production kernel, not
-    # against itself: on par or faster (Lab 8's step 4 shares x across 4 rows).
-    set(ratio_high 1.5)
+    set(program_args --student-program $<TARGET_FILE:${lab}_throughput_reference>
+                     --program-arg=--baseline=step4)
   endif()
   if(TARGET servelab_cuda AND EXISTS ${lab_dir}/manifest_cuda.json)
     servelab_lab_cuda_track(${lab} ${lab_dir} ${lab_number})
@@ -207,27 +254,51 @@ foreach(lab_dir ${SERVELAB_LAB_DIRS})
   add_test(NAME grade_${lab}_reference_scores_100
     COMMAND ${grade} --student-tests $<TARGET_FILE:${lab}_tests_reference>
             --student-cli $<TARGET_FILE:servelab> --out ${CMAKE_BINARY_DIR}/grade_${lab}_reference.json
-            --min-score 100 ${program_args})
+            --min-score 100 --skip-if-busy ${program_args})
   add_test(NAME grade_${lab}_skeleton_scores_0
     COMMAND ${grade} --student-tests $<TARGET_FILE:${lab}_tests>
             --student-cli $<TARGET_FILE:servelab-${lab}> --out ${CMAKE_BINARY_DIR}/grade_${lab}_skeleton.json
             --max-score 0)
   add_test(NAME grade_${lab}_reference_throughput_ratio
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/tools/check_grade.py
-            ${CMAKE_BINARY_DIR}/grade_${lab}_reference.json --ratio-between 0.85 ${ratio_high}
+            ${CMAKE_BINARY_DIR}/grade_${lab}_reference.json --ratio-between 0.9 1.1
             --skeleton ${CMAKE_BINARY_DIR}/grade_${lab}_skeleton.json)
   set_tests_properties(grade_${lab}_reference_throughput_ratio PROPERTIES
     DEPENDS "grade_${lab}_reference_scores_100;grade_${lab}_skeleton_scores_0")
+  # Only the reference's grade is timed: it runs alone (RUN_SERIAL). 77: the
+  # machine was too busy to time (tools/grade.py says why); ctest says SKIPPED.
+  set_tests_properties(grade_${lab}_reference_scores_100 PROPERTIES RUN_SERIAL TRUE)
   set(lab_grade_tests grade_${lab}_reference_scores_100 grade_${lab}_skeleton_scores_0
       grade_${lab}_reference_throughput_ratio)
-  if(TARGET ${lab}_tests_wrong)
-    add_test(NAME grade_${lab}_known_wrong_scores_below_50
-      COMMAND ${grade} --student-tests $<TARGET_FILE:${lab}_tests_wrong>
-              --student-cli $<TARGET_FILE:servelab> --out ${CMAKE_BINARY_DIR}/grade_${lab}_wrong.json
-              --max-score 49.99 ${program_args})
-    list(APPEND lab_grade_tests grade_${lab}_known_wrong_scores_below_50)
-  endif()
-  # Throughput cases are timed: run them one at a time (RUN_SERIAL), two threads each.
+  foreach(bug_name ${lab_bugs})
+    add_test(NAME grade_${lab}_bug_${bug_name}
+      COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/tools/grade_planted_bug.py
+              --lab ${lab_number} --bug ${bug_name}
+              --student-tests $<TARGET_FILE:${lab}_bug_${bug_name}_tests>
+              --out ${CMAKE_BINARY_DIR}/grade_${lab}_bug_${bug_name}.json)
+    list(APPEND lab_grade_tests grade_${lab}_bug_${bug_name})
+  endforeach()
   set_tests_properties(${lab_grade_tests} PROPERTIES
-    LABELS "grader" TIMEOUT 600 RUN_SERIAL TRUE ENVIRONMENT "OMP_NUM_THREADS=2")
+    LABELS "grader" TIMEOUT 600 SKIP_RETURN_CODE 77)
 endforeach()
+
+if(Python3_Interpreter_FOUND)
+  add_test(NAME planted_bugs_apply
+    COMMAND ${Python3_EXECUTABLE} ${SERVELAB_PLANTER} check)
+  set_tests_properties(planted_bugs_apply PROPERTIES LABELS "labs" TIMEOUT 60)
+  # Mutation testing (tools/mutate.py): two mutants of every lab's solution
+  # must be caught by its tests (make test), and the full run, every
+  # mutant of every lab, is a slow test (make test-all: several minutes).
+  add_test(NAME mutation_smoke
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tools/mutate.py --smoke 2 --jobs 1
+            --no-build --build-dir ${CMAKE_BINARY_DIR} --out ${CMAKE_BINARY_DIR}/mutation_smoke)
+  set_tests_properties(mutation_smoke PROPERTIES LABELS "labs" TIMEOUT 600)
+  add_test(NAME mutation_full
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tools/mutate.py --jobs 2 --min-score 90
+            --no-build --build-dir ${CMAKE_BINARY_DIR})
+  set_tests_properties(mutation_full PROPERTIES LABELS "labs;slow" TIMEOUT 3600 RUN_SERIAL TRUE)
+  add_test(NAME mutate_selftest
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/tools/test_mutate.py)
+  set_tests_properties(mutate_selftest PROPERTIES LABELS "tools" TIMEOUT 60
+    ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+endif()

@@ -14,7 +14,11 @@
 #                                     (ignored by git; name it in `carry`)
 #   tools/gpu_check.sh                on the GPU machine:
 #       run(command="bash tools/gpu_check.sh", carry=[".gpu_deps"], timeout_s=420)
-#   tools/gpu_check.sh --build-only   compile only (what `make test` runs here)
+#   tools/gpu_check.sh --build-only   compile only, here or there
+#   tools/gpu_check.sh --configure-only
+#                                     configure only (what `make test` runs here: the
+#                                     main build compiles the same CUDA files and the
+#                                     two benchmark programs, so nothing is compiled twice)
 #
 # In order (each step's full log in $OUT):
 #   1. build tools/gpu_check/ for sm_$CUDA_ARCHITECTURES (default 90);
@@ -36,8 +40,9 @@ mode=check
 case "${1:-}" in
   --fetch-deps) mode=fetch ;;
   --build-only) mode=build ;;
+  --configure-only) mode=configure ;;
   "") ;;
-  *) echo "gpu_check.sh: unknown option $1 (--fetch-deps, --build-only)" >&2; exit 2 ;;
+  *) echo "gpu_check.sh: unknown option $1 (--fetch-deps, --build-only, --configure-only)" >&2; exit 2 ;;
 esac
 
 if [[ $mode == fetch ]]; then
@@ -68,6 +73,10 @@ cmake -S tools/gpu_check -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Releas
   -DCMAKE_CUDA_ARCHITECTURES="$arch" -DGTEST_SOURCE_DIR="$gtest" \
   -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON > "$out/configure.log" 2>&1 ||
   { tail -20 "$out/configure.log"; exit 1; }
+if [[ $mode == configure ]]; then
+  echo "configured $build for sm_$arch (compile with: tools/gpu_check.sh --build-only)"
+  exit 0
+fi
 cmake --build "$build" -j "$(nproc)" > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
 echo "built $build/cuda_tests for sm_$arch"
 [[ $mode == build ]] && exit 0

@@ -11,13 +11,19 @@ Grades one lab and writes a Gradescope-compatible results.json:
              If the binary crashes, the groups that lost results are run again one
              at a time (and, if a group crashes too, its tests one at a time), so one
              crashing test does not zero the others.
-  3. speed   optional: run the reference CLI and the student CLI interleaved
-             (A B A B ...) on `bench`, compare the medians of one metric, and turn
-             the ratio into points on a linear curve. A manifest whose throughput
+  3. speed   optional: run the student's CLI and the reference CLI alternately
+             (S R, R S, ...) on `bench`, with the manifest's OpenMP `threads`
+             (default 1), and turn the ratio of one metric into points on a
+             linear curve. A load probe (/proc/stat) leaves out rounds that
+             other programs disturbed; the ratio is the median of the
+             `repetitions` undisturbed rounds that agree best. When there are
+             not enough of them, the speed is "not graded: machine busy" and
+             scores 0 of 0 (see "throughput" below). A manifest whose throughput
              names a "program" (a source file that labs/labs.cmake builds on the
              student's engine as labNN_throughput) instead runs that program,
              which times the student's kernel and a reference kernel itself, in one
-             process, and prints both: the ratio is metric / reference_metric.
+             process, and prints both: each run is one round, its ratio
+             metric / reference_metric.
   4. report  write results.json (always, even if the grader itself fails),
              print a scorecard and a last line `lab NN: S/M points`.
 
@@ -35,8 +41,8 @@ The lab's manifest, labs/labNN_<name>/manifest.json, says what to grade:
 
 A group's filter is a gtest-style pattern: `Suite.*`, `Suite.Test`, several
 joined by ':', optionally followed by '-' and patterns to leave out.
-Tests are always run with OMP_NUM_THREADS=1 unless it is set; the speed
-comparison inherits OMP_NUM_THREADS, default 2.
+Tests are always run with OMP_NUM_THREADS=1 unless it is set; the timed runs
+use the manifest's `threads` (default 1) whatever the environment says.
 
 Tracks. A lab may have a GPU track besides its CPU one: `--track cuda` reads
 manifest_cuda.json (which says "track": "cuda"), builds and runs
@@ -51,14 +57,17 @@ its failing tests' messages.
 
 Exit status: 0 when a grade was written (whatever the score); 1 when
 --min-score / --max-score (percent of the maximum) is not met, for self-tests;
+77 with --skip-if-busy when the thresholds were met but the speed could not
+be timed (machine busy);
 2 when the grader could not grade (bad manifest, bad arguments, grader bug) —
 results.json then holds a failing "grader error" entry; 77 when the track
 could not run here (results.json says why; ctest's SKIP_RETURN_CODE).
 
 Usage: grade.py --lab N [--track cpu|cuda] [--build-dir build/release] [--no-build]
                 [--student-tests PATH] [--student-cli PATH] [--reference-cli PATH]
-                [--student-program PATH]
+                [--student-program PATH] [--program-arg=ARG ...]
                 [--manifest PATH] [--model PATH] [--repetitions K]
+                [--skip-throughput] [--group NAME ...] [--skip-if-busy]
                 [--out results.json] [--min-score X] [--max-score X]
 """
 import argparse
@@ -66,6 +75,7 @@ import fnmatch
 import json
 import math
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -85,7 +95,6 @@ BUILD_TIMEOUT_S = 3600
 OUTPUT_LIMIT = 2000          # characters of output kept per results.json entry
 BUILD_LOG_LINES = 60         # compiler lines shown when the build fails
 LAST_OUTPUT_LINES = 15       # program lines shown when a run crashes
-NOISY_SPREAD = 0.2           # runs differing more than this: extra rounds, and a note
 NOT_GRADED_EXIT = 77         # the track cannot run here (the automake/ctest "skipped" code)
 TRACK_MANIFESTS = {"cpu": "manifest.json", "cuda": "manifest_cuda.json"}
 
@@ -119,6 +128,12 @@ class Throughput:
     timeout_s: float = DEFAULT_TIMEOUT_S
     program: str = None           # its source; the student's build is BUILD/labNN_throughput
     reference_metric: str = None  # with program: the reference kernel's field, same output
+    threads: int = 1              # OMP_NUM_THREADS of the timed runs
+    cores: int = None             # cores a timed run keeps busy (default: threads)
+
+    def __post_init__(self):
+        if self.cores is None:
+            self.cores = self.threads
 
 
 @dataclass
@@ -163,7 +178,8 @@ class Lab:
 
 GROUP_KEYS = {"name", "filter", "points", "description"}
 THROUGHPUT_KEYS = {"name", "points", "args", "metric", "repetitions", "full_ratio",
-                   "zero_ratio", "timeout_s", "description", "program", "reference_metric"}
+                   "zero_ratio", "timeout_s", "description", "program", "reference_metric",
+                   "threads", "cores"}
 
 
 def is_number(value):
@@ -213,10 +229,13 @@ def parse_throughput(table, default_timeout):
             require(isinstance(table[key], str) and table[key].strip(), f"{where}.{key}",
                     "must be a non-empty string")
             setattr(spec, key, table[key])
-    repetitions = table.get("repetitions", spec.repetitions)
-    require(isinstance(repetitions, int) and not isinstance(repetitions, bool) and repetitions >= 1,
-            f"{where}.repetitions", "must be an integer >= 1")
-    spec.repetitions = repetitions
+    for key, low in (("repetitions", 1), ("threads", 1), ("cores", 1)):
+        value = table.get(key, getattr(spec, key))
+        require(isinstance(value, int) and not isinstance(value, bool) and value >= low,
+                f"{where}.{key}", f"must be an integer >= {low}")
+        setattr(spec, key, value)
+    if "cores" not in table:
+        spec.cores = spec.threads
     for key in ("full_ratio", "zero_ratio", "timeout_s"):
         value = table.get(key, getattr(spec, key))
         require(is_number(value) and value >= 0, f"{where}.{key}", "must be a number >= 0")
@@ -344,7 +363,10 @@ def print_scorecard(title, entries):
     print(f"  {'group':<{width}}  {'score':>13}  status")
     for entry in entries:
         score = f"{number(entry.score)}/{number(entry.max_score)}"
-        print(f"  {entry.name:<{width}}  {score:>13}  {'passed' if entry.passed else 'FAILED'}")
+        status = "passed" if entry.passed else "FAILED"
+        if entry.output.startswith("not graded"):
+            status = "not graded"
+        print(f"  {entry.name:<{width}}  {score:>13}  {status}")
 
 
 # --------------------------------------------------------------------------- running programs
@@ -661,35 +683,121 @@ def check_not_all_skipped(results):
 
 
 # --------------------------------------------------------------------------- throughput
+#
+# A timed run can be slowed by anything else the machine does, never sped up
+# by it, and a busy core can slow a multi-threaded run many times over (an
+# OpenMP thread spins at a barrier while its partner waits for a core). So:
+#   - the timed runs use the manifest's `threads` OpenMP threads (default 1):
+#     on a machine with a core to spare, one busy core then costs them little;
+#   - student and reference alternate, S R, R S, S R, ... (neither always
+#     goes first), and each round's ratio compares two runs made moments
+#     apart, under the same conditions;
+#   - a load probe (Linux /proc/stat, hypervisor steal included) counts the
+#     CPU time every other program used during each run. A run during which
+#     others used more than OTHER_CORES_ALLOWED beyond the cores this run
+#     leaves free is disturbed, and its round is not used;
+#   - each round's ratio is noisy even on a quiet machine (run-to-run speed
+#     varies by several percent, and the run that comes second in a round can
+#     be systematically faster or slower). The ratio is the geometric mean of
+#     the median ratio of the student-first rounds and that of the
+#     reference-first rounds, so that an order effect cancels;
+#   - its uncertainty is estimated from the rounds' spread (a robust standard
+#     deviation, 1.4826 x the median absolute deviation of the log ratios
+#     around their order's median, at least NOISE_FLOOR, x 1.25 / sqrt(rounds)
+#     for a median). Rounds are added, from `repetitions` up to
+#     MAX_ROUNDS_FACTOR x repetitions, until it is at most RATIO_SE_TARGET;
+#   - when even then it is over RATIO_SE_LIMIT, or too few rounds ran
+#     undisturbed, the speed is not graded: the entry says "not graded:
+#     machine busy" with the figures, and scores 0 of 0. A score is never
+#     computed from disturbed or disagreeing runs. docs/labs.md has the
+#     measurements behind these choices.
+
+OTHER_CORES_ALLOWED = 0.1   # CPU cores other programs may use beside a run's free cores
+RATIO_SE_TARGET = 0.02      # stop adding rounds once the ratio is this certain (2 %)
+RATIO_SE_LIMIT = 0.035      # grade at most this uncertain a ratio, else "machine busy"
+NOISE_FLOOR = 0.01          # the smallest run-to-run noise assumed (1 %)
+MAX_ROUNDS_FACTOR = 4       # rounds at most: this x repetitions
+
 
 class BenchError(Exception):
     """A bench run that gave no usable number; the message says why."""
 
 
-def bench_value(cli, args, metric, timeout_s):
-    """Runs `cli bench ...` once and returns the metric from its JSON output.
+@dataclass
+class Run:
+    """One timed run: its metric values and what the machine did meanwhile."""
+    values: list
+    seconds: float
+    own_cores: float = None    # CPU time of the run (and the grader) / wall time
+    other_cores: float = None  # CPU time of every other program / wall time (None: no probe)
 
-    `metric` names a top-level field, or a nested one with dots
-    ("summary.output_tokens_per_s").
-    """
-    return bench_values(cli, args, [metric], timeout_s)[0]
+    @property
+    def value(self):
+        return self.values[0]
 
 
-def bench_values(cli, args, metrics, timeout_s):
-    """Runs `cli args...` once and returns each of `metrics` from its JSON output."""
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "2")
+def probe_cpus():
+    """The CPUs this process may run on (its affinity), as /proc/stat names them."""
     try:
-        run = run_program([cli, *args], timeout_s, env)
+        return {f"cpu{i}" for i in os.sched_getaffinity(0)}
+    except (AttributeError, OSError):
+        return None
+
+
+def machine_busy_seconds(cpus):
+    """CPU seconds the CPUs in `cpus` spent busy (steal included) since boot, or None."""
+    try:
+        lines = Path("/proc/stat").read_text(encoding="ascii").splitlines()
+        ticks_per_s = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return None
+    busy = 0
+    for line in lines:
+        fields = line.split()
+        if not fields or fields[0] not in cpus:
+            continue
+        # user nice system idle iowait irq softirq steal (guest is inside user)
+        numbers = [int(x) for x in fields[1:9]]
+        busy += sum(numbers) - numbers[3] - numbers[4]
+    return busy / ticks_per_s if busy else None
+
+
+def own_cpu_seconds():
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
+def timed_run(command, timeout_s, env, metrics):
+    """Runs one timed command; returns a Run with the metrics from its JSON output."""
+    cpus = probe_cpus()
+    busy_before = machine_busy_seconds(cpus) if cpus else None
+    own_before, started = own_cpu_seconds(), time.monotonic()
+    try:
+        run = run_program(command, timeout_s, env)
     except OSError as error:
-        raise BenchError(f"cannot run {cli}: {error.strerror}") from None
+        raise BenchError(f"cannot run {command[0]}: {error.strerror}") from None
+    seconds = max(time.monotonic() - started, 1e-6)
+    own = own_cpu_seconds() - own_before
+    busy_after = machine_busy_seconds(cpus) if cpus else None
     if run.timed_out:
         raise BenchError(f"timed out after {number(timeout_s)} s")
     if run.returncode != 0:
         raise BenchError(f"{describe_exit(run.returncode)}; last lines of stderr:\n"
                          f"{tail(run.stderr, 10) or '(empty)'}")
+    other = None
+    if busy_before is not None and busy_after is not None:
+        other = max(0.0, (busy_after - busy_before - own) / seconds)
+    return Run(json_metrics(run.stdout, metrics), seconds, own / seconds, other)
+
+
+def json_metrics(stdout, metrics):
+    """Each of `metrics` (a field, or a nested one with dots:
+    "summary.output_tokens_per_s") from a program's JSON output."""
     try:
-        output = json.loads(run.stdout)
+        output = json.loads(stdout)
     except ValueError:
         output = None
     values = []
@@ -700,11 +808,18 @@ def bench_values(cli, args, metrics, timeout_s):
                 value = value[key]
         except (KeyError, TypeError):
             raise BenchError(f"stdout is not a JSON object with a {metric!r} field: "
-                             f"{truncate(run.stdout.strip(), 300)!r}") from None
+                             f"{truncate(stdout.strip(), 300)!r}") from None
         if not is_number(value) or value < 0:
             raise BenchError(f"{metric} is {value!r}, not a number >= 0")
         values.append(float(value))
     return values
+
+
+def timed_environment(spec):
+    """The environment of a timed run: the manifest's OpenMP threads, whatever the caller set."""
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(spec.threads)
+    return env
 
 
 def throughput_points(ratio, spec):
@@ -714,65 +829,189 @@ def throughput_points(ratio, spec):
 
 
 def spread(values):
-    """(max - min) / median of some runs: how much they disagree among themselves."""
+    """(max - min) / median of some values: how much they disagree among themselves."""
     return (max(values) - min(values)) / statistics.median(values) if values else 0.0
 
 
-def repeat_rounds(spec, one_round):
-    """Calls one_round() (pairs ("reference" | "student", value)) spec.repetitions
-    times; returns the student's and the reference's values.
+def usable_cpus():
+    cpus = probe_cpus()
+    return len(cpus) if cpus else (os.cpu_count() or 1)
 
-    When either side's runs disagree by more than NOISY_SPREAD after the
-    configured repetitions (a busy machine: one run caught another job),
-    up to as many rounds again are added, stopping once both sides agree,
-    so that the medians rest on enough undisturbed runs.
-    """
-    values = {"reference": [], "student": []}
-    for round_index in range(2 * spec.repetitions):
-        if round_index >= spec.repetitions and max(map(spread, values.values())) <= NOISY_SPREAD:
-            break
-        for who, value in one_round():
-            values[who].append(value)
-    return values["student"], values["reference"]
+
+def cores_in_use(runs, spec, num_cpus):
+    """The cores a side's runs keep busy: the manifest's `cores`, or more if the least
+    disturbed of its runs used more (a student's code may start threads of its own)."""
+    measured = max((run.own_cores for run in runs if run.own_cores is not None), default=0.0)
+    return min(num_cpus, max(spec.cores, math.ceil(measured - 0.1)))
+
+
+@dataclass
+class Verdict:
+    """What a set of rounds allows: a ratio and its uncertainty, or why there is none."""
+    ratio: float = None
+    standard_error: float = None                   # of log(ratio): 0.02 is about 2 %
+    used: list = field(default_factory=list)       # round indices the ratio comes from
+    disturbed: list = field(default_factory=list)  # round indices a busy machine spoiled
+    allowed_other_cores: float = None
+    reason: str = ""                               # why there is no ratio
+    busy: bool = False                             # no ratio because the machine was busy
+
+    def settled(self):
+        return self.ratio is not None and self.standard_error <= RATIO_SE_TARGET
+
+
+def median_absolute_deviation(values):
+    center = statistics.median(values)
+    return statistics.median([abs(v - center) for v in values])
+
+
+def judge(rounds, spec, num_cpus):
+    """The Verdict on `rounds`, a list of (student Run, reference Run); round i ran
+    the student first when i is even."""
+    allowed = {}
+    for side in (0, 1):
+        in_use = cores_in_use([pair[side] for pair in rounds], spec, num_cpus)
+        allowed[side] = max(0, num_cpus - in_use) + OTHER_CORES_ALLOWED
+    verdict = Verdict(allowed_other_cores=min(allowed.values()))
+    if any(pair[1].value <= 0 for pair in rounds):
+        verdict.reason = f"the reference reported {spec.metric} = 0; cannot compare"
+        return verdict
+    logs = {}
+    for index, pair in enumerate(rounds):
+        if any(run.other_cores is not None and run.other_cores > allowed[side]
+               for side, run in enumerate(pair)):
+            verdict.disturbed.append(index)
+        else:
+            logs[index] = math.log(max(pair[0].value, 1e-12) / pair[1].value)
+    by_order = [[logs[i] for i in logs if i % 2 == 0], [logs[i] for i in logs if i % 2 == 1]]
+    if len(logs) < spec.repetitions or not all(by_order):
+        verdict.reason = (f"only {len(logs)} of {len(rounds)} rounds ran undisturbed "
+                          f"({max(spec.repetitions, 2)} needed, of both orders)")
+        verdict.busy = True
+        return verdict
+    centers = [statistics.median(group) for group in by_order]
+    residuals = [value - centers[order] for order, group in enumerate(by_order) for value in group]
+    noise = max(1.4826 * median_absolute_deviation(residuals) if len(residuals) > 2 else 0.0,
+                NOISE_FLOOR)
+    verdict.ratio = math.exp(sum(centers) / 2)
+    verdict.standard_error = 1.25 * noise / math.sqrt(len(logs))
+    verdict.used = sorted(logs)
+    return verdict
+
+
+def measure_rounds(spec, one_round):
+    """Calls one_round(index) -> (student Run, reference Run) until judge() gives a
+    settled ratio (at least spec.repetitions rounds) or MAX_ROUNDS_FACTOR x
+    repetitions rounds were run; returns (rounds, verdict), the verdict without a
+    ratio (busy) when the last one is still over RATIO_SE_LIMIT."""
+    num_cpus = usable_cpus()
+    rounds = []
+    verdict = Verdict()
+    for index in range(MAX_ROUNDS_FACTOR * spec.repetitions):
+        rounds.append(one_round(index))
+        if len(rounds) >= spec.repetitions:
+            verdict = judge(rounds, spec, num_cpus)
+            if verdict.settled():
+                return rounds, verdict
+    if verdict.ratio is not None and verdict.standard_error > RATIO_SE_LIMIT:
+        verdict.reason = (f"the undisturbed rounds disagree: ratio {verdict.ratio:.3f} with a "
+                          f"standard error of {verdict.standard_error:.1%} after {len(rounds)} "
+                          f"rounds (at most {RATIO_SE_LIMIT:.1%} is graded)")
+        verdict.ratio, verdict.busy = None, True
+    return rounds, verdict
+
+
+def alternating(index, first, second):
+    """Round 0: first, second; round 1: second, first; ... (A B, B A, A B, ...)."""
+    return (first, second) if index % 2 == 0 else (second, first)
 
 
 def measure(spec, student_cli, reference_cli, args):
-    """Runs reference and student interleaved (A B A B ...); returns their metric lists."""
-    def one_round():
-        for who, cli in (("reference", reference_cli), ("student", student_cli)):
+    """Runs student and reference CLIs alternately; returns (rounds, verdict)."""
+    env = timed_environment(spec)
+
+    def one_round(index):
+        runs = {}
+        for who in alternating(index, "student", "reference"):
+            cli = student_cli if who == "student" else reference_cli
             try:
-                yield who, bench_value(cli, args, spec.metric, spec.timeout_s)
+                runs[who] = timed_run([cli, *args], spec.timeout_s, env, [spec.metric])
             except BenchError as error:
                 raise BenchError(f"the {who} CLI failed: {error}") from None
-    return repeat_rounds(spec, one_round)
+        return runs["student"], runs["reference"]
+    return measure_rounds(spec, one_round)
 
 
 def measure_in_process(spec, program, args):
-    """Runs the throughput program, which times both kernels itself; returns their lists."""
-    def one_round():
+    """Runs the throughput program, which times both kernels itself, in one process;
+    each run is one round: (student Run, reference Run) of the same process."""
+    env = timed_environment(spec)
+
+    def one_round(_index):
         try:
-            student, reference = bench_values(program, args, [spec.metric, spec.reference_metric],
-                                              spec.timeout_s)
+            run = timed_run([program, *args], spec.timeout_s, env,
+                            [spec.metric, spec.reference_metric])
         except BenchError as error:
             raise BenchError(f"the throughput program {Path(program).name} failed: {error}") from None
-        return [("reference", reference), ("student", student)]
-    return repeat_rounds(spec, one_round)
+        student = Run([run.values[0]], run.seconds, run.own_cores, run.other_cores)
+        reference = Run([run.values[1]], run.seconds, run.own_cores, run.other_cores)
+        return student, reference
+    return measure_rounds(spec, one_round)
 
 
-def grade_throughput(spec, student_cli, reference_cli, model, student_program=None):
-    """The speed entry and the leaderboard (empty when there is no ratio)."""
+def describe_rounds(rounds, verdict, order):
+    """One line per round: both values, the ratio, the load, whether it was used."""
+    lines = []
+    for index, (student, reference) in enumerate(rounds):
+        first, _ = alternating(index, *order)
+        values = (f"student {student.value:.4g}, reference {reference.value:.4g}"
+                  if first == "student" else
+                  f"reference {reference.value:.4g}, student {student.value:.4g}")
+        ratio = student.value / reference.value if reference.value > 0 else float("nan")
+        loads = [run.other_cores for run in (student, reference) if run.other_cores is not None]
+        load = f"; other programs {max(loads):.2f} cores" if loads else ""
+        if index in verdict.disturbed:
+            mark = " (disturbed: not used)"
+        elif index in verdict.used:
+            mark = " (used)"
+        else:
+            mark = ""
+        lines.append(f"  round {index + 1}: {values}: ratio {ratio:.3f}{load}{mark}")
+    return lines
+
+
+def busy_figures(rounds, verdict):
+    """'other programs used 0.95-1.02 cores during 7 of 9 rounds (0.10 allowed ...)'."""
+    loads = [max(run.other_cores for run in pair if run.other_cores is not None)
+             for pair in rounds if any(run.other_cores is not None for run in pair)]
+    if not loads:
+        return "no load probe on this system (/proc/stat)"
+    disturbed = [loads[i] for i in verdict.disturbed if i < len(loads)]
+    if not disturbed:
+        return f"other programs used at most {max(loads):.2f} cores"
+    return (f"other programs used {min(disturbed):.2f}-{max(disturbed):.2f} CPU cores during "
+            f"{len(disturbed)} of {len(rounds)} rounds, where {verdict.allowed_other_cores:.2f} "
+            f"are allowed beside the cores the runs use")
+
+
+def grade_throughput(spec, student_cli, reference_cli, model, student_program=None,
+                     program_args=(), rerun_hint="make grade"):
+    """The speed entry, the leaderboard (empty when there is no ratio), and whether it
+    was graded (False: the machine was too busy to time; the entry scores 0 of 0)."""
     def failed(message):
-        return Entry(spec.name, 0, spec.points, message, passed=False), []
+        return Entry(spec.name, 0, spec.points, message, passed=False), [], True
 
     heading = ""
     try:
         if spec.program:
             if not Path(student_program).is_file():
                 return failed(f"throughput program not found: {student_program}")
-            student, reference = measure_in_process(spec, student_program, spec.args)
-            heading = (f"{Path(student_program).name} {' '.join(spec.args)}: your kernel "
+            args = [*spec.args, *program_args]
+            rounds, verdict = measure_in_process(spec, student_program, args)
+            heading = (f"{Path(student_program).name} {' '.join(args)}: your kernel "
                        f"({spec.metric}) against the reference kernel ({spec.reference_metric}), "
-                       f"timed in the same runs\n")
+                       f"timed in the same runs")
+            order = ("student", "reference")
         else:
             if not Path(model).is_file():
                 return failed(f"model not found: {model} (python3 tools/fetch_model.py downloads it)")
@@ -780,23 +1019,33 @@ def grade_throughput(spec, student_cli, reference_cli, model, student_program=No
                 if not Path(cli).is_file():
                     return failed(f"{who} CLI not found: {cli}")
             args = [arg.replace("{model}", str(Path(model).resolve())) for arg in spec.args]
-            student, reference = measure(spec, student_cli, reference_cli, args)
+            rounds, verdict = measure(spec, student_cli, reference_cli, args)
+            heading = (f"{spec.metric} of the student's CLI and the reference's, alternating "
+                       f"(student first in odd rounds)")
+            order = ("student", "reference")
     except BenchError as error:
         return failed(str(error))
-    student_median, reference_median = statistics.median(student), statistics.median(reference)
-    if reference_median <= 0:
-        return failed(f"the reference CLI reported {spec.metric} = {reference_median}; cannot compare")
-    ratio = student_median / reference_median
-    output = (f"{heading}{spec.metric}: student median {student_median:.4g} (runs {fmt_runs(student)}), "
-              f"reference median {reference_median:.4g} (runs {fmt_runs(reference)}), "
-              f"ratio {ratio:.3f}\n"
-              f"full points at ratio >= {spec.full_ratio:.3f}, none below {spec.zero_ratio:.3f}")
-    reference_spread = spread(reference)
-    if reference_spread > NOISY_SPREAD:
-        output += (f"\nnote: the reference runs differ by {reference_spread:.0%} among themselves; "
-                   f"the machine was probably busy, so this ratio is noisy")
-    entry = Entry(spec.name, throughput_points(ratio, spec), spec.points, output)
-    return entry, [{"name": spec.name, "value": round(ratio, 4), "order": "desc"}]
+    threads = f"{spec.threads} OpenMP thread{'s' if spec.threads != 1 else ''}"
+    lines = [f"{heading}; {threads}, {len(rounds)} rounds:",
+             *describe_rounds(rounds, verdict, order)]
+    student = [pair[0].value for pair in rounds]
+    reference = [pair[1].value for pair in rounds]
+    lines.append(f"student median {statistics.median(student):.4g} (runs {fmt_runs(student)}), "
+                 f"reference median {statistics.median(reference):.4g} (runs {fmt_runs(reference)})")
+    if verdict.ratio is None:
+        if verdict.busy:
+            lines.insert(0, f"not graded: machine busy ({verdict.reason}; "
+                            f"{busy_figures(rounds, verdict)}). No score was computed from "
+                            f"disturbed runs: re-run `{rerun_hint}` when the machine is quiet")
+            return Entry(spec.name, 0, 0, "\n".join(lines), passed=False), [], False
+        return Entry(spec.name, 0, spec.points, f"{verdict.reason}\n" + "\n".join(lines),
+                     passed=False), [], True
+    lines.append(f"ratio {verdict.ratio:.3f} +- {verdict.standard_error:.1%}: the geometric mean "
+                 f"of the median ratios of the student-first and the reference-first rounds, "
+                 f"{len(verdict.used)} undisturbed rounds; {busy_figures(rounds, verdict)}")
+    lines.append(f"full points at ratio >= {spec.full_ratio:.3f}, none below {spec.zero_ratio:.3f}")
+    entry = Entry(spec.name, throughput_points(verdict.ratio, spec), spec.points, "\n".join(lines))
+    return entry, [{"name": spec.name, "value": round(verdict.ratio, 4), "order": "desc"}], True
 
 
 def fmt_runs(values):
@@ -864,10 +1113,27 @@ def parse_args(argv):
     parser.add_argument("--out", type=Path,
                         help="default labs/labNN_<name>/results.json (cuda: results_cuda.json)")
     parser.add_argument("--no-build", action="store_true", help="grade the binaries as they are")
-    parser.add_argument("--repetitions", type=int, help="bench runs per CLI (overrides the manifest)")
+    parser.add_argument("--repetitions", type=int,
+                        help="undisturbed rounds the speed ratio needs (overrides the manifest)")
+    parser.add_argument("--program-arg", action="append", default=[], metavar="ARG",
+                        help="one more argument for the throughput program (--program-arg=--x=1)")
+    parser.add_argument("--skip-throughput", action="store_true",
+                        help="grade the tests only (the maximum leaves out the speed points)")
+    parser.add_argument("--group", action="append", default=[], metavar="NAME",
+                        help="grade only this group (the start of its name; repeatable); "
+                             "implies --skip-throughput")
+    parser.add_argument("--skip-if-busy", action="store_true",
+                        help="exit 77 (ctest's SKIPPED) when the speed could not be timed "
+                             "because the machine was busy, and the rest met the thresholds")
     parser.add_argument("--min-score", type=float, help="exit 1 if the score is below this percent")
     parser.add_argument("--max-score", type=float, help="exit 1 if the score is above this percent")
     args = parser.parse_args(argv)
+    # Programs run from the repository root: paths given relative to where the
+    # grader was started must not change meaning there.
+    for name in ("build_dir", "student_tests", "student_cli", "reference_cli", "student_program",
+                 "manifest", "model", "out"):
+        if getattr(args, name) is not None:
+            setattr(args, name, getattr(args, name).resolve())
     if args.lab < 1:
         parser.error("--lab must be >= 1")
     if args.repetitions is not None and args.repetitions < 1:
@@ -875,31 +1141,57 @@ def parse_args(argv):
     return args
 
 
+def select_groups(lab, prefixes):
+    """Keeps only the groups named by `prefixes` (each the start of exactly one name)."""
+    chosen = []
+    for prefix in prefixes:
+        matches = [group for group in lab.groups if group.name.startswith(prefix)]
+        if len(matches) != 1:
+            raise ManifestError(f"--group {prefix!r} must start exactly one group's name; it "
+                                f"starts {len(matches)} (groups: "
+                                f"{'; '.join(group.name for group in lab.groups)})")
+        if matches[0] not in chosen:
+            chosen.append(matches[0])
+    lab.groups = chosen
+
+
+@dataclass
+class Grade:
+    entries: list
+    leaderboard: list = field(default_factory=list)
+    speed_graded: bool = True  # False: the machine was too busy to time the speed
+
+
 def grade(lab, args):
-    """Builds (unless --no-build) and grades; returns (entries, leaderboard)."""
+    """Builds (unless --no-build) and grades; returns a Grade."""
     build_dir = args.build_dir
     if lab.track == "cuda" and args.student_tests is None:
         reason = cuda_unavailable(build_dir)
         if reason:
             raise NotGraded(f"the CUDA track is unavailable: {reason}")
+    if args.group:
+        select_groups(lab, args.group)
+    if args.skip_throughput or args.group:
+        lab.throughput = None
     if not args.no_build:
         failure = build(build_dir, lab)
         if failure is not None:
-            return [failure], []
+            return Grade([failure])
     print(f"grade: running the {lab.test_target} tests", file=sys.stderr)
-    entries = grade_tests(args.student_tests or build_dir / lab.test_target, lab)
-    leaderboard = []
+    result = Grade(grade_tests(args.student_tests or build_dir / lab.test_target, lab))
     if lab.throughput is not None:
         if args.repetitions is not None:
             lab.throughput.repetitions = args.repetitions
-        print(f"grade: measuring {lab.throughput.metric} ({lab.throughput.repetitions} runs each)",
-              file=sys.stderr)
-        entry, leaderboard = grade_throughput(
+        print(f"grade: measuring {lab.throughput.metric} ({lab.throughput.repetitions}+ rounds, "
+              f"{lab.throughput.threads} thread(s))", file=sys.stderr)
+        track = "" if lab.track == "cpu" else f" TRACK={lab.track}"
+        entry, result.leaderboard, result.speed_graded = grade_throughput(
             lab.throughput, args.student_cli or build_dir / f"servelab-{lab.tag}",
             args.reference_cli or build_dir / "servelab", args.model,
-            args.student_program or build_dir / lab.throughput_target)
-        entries.append(entry)
-    return entries, leaderboard
+            args.student_program or build_dir / lab.throughput_target, args.program_arg,
+            rerun_hint=f"make grade LAB={lab.number}{track}")
+        result.entries.append(entry)
+    return result
 
 
 def default_out(args):
@@ -924,24 +1216,26 @@ def threshold_exit_code(args, entries):
 def main(argv=None):
     args = parse_args(argv)
     started = time.monotonic()
-    lab, entries, leaderboard, grader_failed, not_graded = None, [], [], False, None
+    lab, result, grader_failed, not_graded = None, Grade([]), False, None
     try:
         lab = load_lab(args.lab, args.manifest, args.track)
-        entries, leaderboard = grade(lab, args)
+        result = grade(lab, args)
     except NotGraded as error:  # no score at all, rather than a zero that looks earned
         not_graded = str(error)
-        entries = [Entry("not graded", 0, 0, f"not graded on this machine: {not_graded}",
-                         passed=False)]
+        result = Grade([Entry("not graded", 0, 0, f"not graded on this machine: {not_graded}",
+                              passed=False)])
     except ManifestError as error:
         print(f"grade.py: error: {error}", file=sys.stderr)
-        entries, grader_failed = [Entry("grader error", 0, 0, str(error), passed=False)], True
+        result, grader_failed = Grade([Entry("grader error", 0, 0, str(error), passed=False)]), True
     except Exception:  # the grade must still be written, whatever went wrong
         details = traceback.format_exc()
         print(details, file=sys.stderr, end="")
         max_score = lab.max_score if lab else 0
-        entries, grader_failed = [Entry("grader error", 0, max_score, details, passed=False)], True
+        result = Grade([Entry("grader error", 0, max_score, details, passed=False)])
+        grader_failed = True
+    entries = result.entries
     out = args.out or (lab.folder / lab.results_name if lab else default_out(args))
-    write_results(out, entries, leaderboard, time.monotonic() - started)
+    write_results(out, entries, result.leaderboard, time.monotonic() - started)
     track = "" if args.track == "cpu" else f" {args.track} track"
     if not_graded is not None:
         print(f"lab {args.lab:02d}{track}: not graded: {not_graded}")
@@ -949,12 +1243,21 @@ def main(argv=None):
         return NOT_GRADED_EXIT
     title = lab.title if lab else f"lab {args.lab:02d}"
     print_scorecard(title, entries)
+    if not result.speed_graded:
+        speed = entries[-1].output.splitlines()[0]
+        print(f"speed {speed}")
     maximum = sum(entry.max_score for entry in entries)
-    print(f"lab {args.lab:02d}{track}: {number(total_score(entries))}/{number(maximum)} points")
+    print(f"lab {args.lab:02d}{track}: {number(total_score(entries))}/{number(maximum)} points"
+          + ("" if result.speed_graded else " (speed not graded: machine busy)"))
     print(f"grade: wrote {out}", file=sys.stderr)
     if grader_failed:
         return 2
-    return threshold_exit_code(args, entries)
+    status = threshold_exit_code(args, entries)
+    if status == 0 and args.skip_if_busy and not result.speed_graded:
+        print("grade: the speed could not be timed on this busy machine: skipped (77)",
+              file=sys.stderr)
+        return NOT_GRADED_EXIT
+    return status
 
 
 if __name__ == "__main__":

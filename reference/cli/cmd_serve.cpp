@@ -30,6 +30,7 @@ struct ServeOptions {
     CacheOptions cache;
     ServerOptions server;
     SchedulerConfig scheduler;
+    bool no_chunked_prefill = false;
     int64_t max_waiting = 256;
 };
 
@@ -58,7 +59,16 @@ void serve(const ServeOptions& opts) {
     PagedKvCache pool(model.config, num_blocks, opts.cache.block_size);
     KvBlockManager kv(pool, !opts.cache.no_prefix_caching);
     ModelRunner runner(model.config, model.weights, opts.cache.mla_mode());
-    Engine engine(model, runner, kv, opts.scheduler);
+    SchedulerConfig scheduler = opts.scheduler;
+    scheduler.chunked_prefill = !opts.no_chunked_prefill;
+    if (!scheduler.chunked_prefill && scheduler.max_num_batched_tokens < model.config.context_length) {
+        spdlog::warn(
+            "--no-chunked-prefill: a step holds a request's whole prompt (and, after a "
+            "preemption, its output so far), so requests that could grow past "
+            "--max-num-batched-tokens {} tokens are refused with 400 (the context is {})",
+            scheduler.max_num_batched_tokens, model.config.context_length);
+    }
+    Engine engine(model, runner, kv, scheduler);
     EngineLoop loop(engine, {.max_waiting = opts.max_waiting});
 
     ServerOptions server_options = opts.server;
@@ -111,6 +121,8 @@ void add_serve_command(CLI::App& app) {
                     "tokens computed per step")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
         ->capture_default_str();
+    cmd->add_flag("--no-chunked-prefill", opts->no_chunked_prefill,
+                  "compute each prompt in one step (a prompt over the token budget is refused)");
     cmd->add_option("--max-body-bytes", opts->server.max_body_bytes, "largest request body")
         ->check(CLI::Range(int64_t(1024), int64_t(1) << 30))
         ->capture_default_str();

@@ -27,6 +27,19 @@ void Scheduler::add(Request& request) {
                         request.id, prompt, context_length_));
     }
     const int64_t longest = std::min(context_length_, prompt + request.params.max_tokens);
+    // Without chunked prefill a step holds a request's whole uncomputed part:
+    // its prompt, and after a preemption its prompt and output so far (at
+    // most one token short of its longest length). More than the budget
+    // could never be scheduled: the request would wait forever.
+    const int64_t longest_recompute = longest - 1;
+    if (!config_.chunked_prefill && !config_.static_batching &&
+        longest_recompute > config_.max_num_batched_tokens) {
+        throw Error(fmt::format(
+            "request {}: without chunked prefill a step must hold its whole prompt ({} tokens) "
+            "and, after a preemption, its output so far: up to {} tokens, more than the token "
+            "budget of {} (raise --max-num-batched-tokens, or drop --no-chunked-prefill)",
+            request.id, prompt, longest_recompute, config_.max_num_batched_tokens));
+    }
     const int64_t block_size = kv_.cache().block_size();
     const int64_t blocks = (longest + block_size - 1) / block_size;
     if (blocks > kv_.cache().num_blocks()) {

@@ -78,9 +78,11 @@ class Scheduler {
 
     // Queues a request (which must outlive its time in the scheduler).
     // Throws servelab::Error for one that could never run: an empty prompt,
-    // a prompt that leaves no room in the context, or a longest possible
+    // a prompt that leaves no room in the context, a longest possible
     // length (prompt + max_tokens, capped at the context) the whole pool
-    // cannot hold — such a request would wait, or preempt itself, forever.
+    // cannot hold, or — without chunked prefill — a longest recomputation
+    // (that length less one token) over the token budget: such a request
+    // would wait, or preempt itself, forever.
     void add(Request& request);
     SchedulerOutput schedule();
     // The request is done (or cancelled): its blocks go back, it leaves.

@@ -269,6 +269,12 @@ def test_batching(servelab, workdir):
     expect_error(servelab, "bench throughput: a prompt longer than the context",
                  ["bench", "throughput", "-m", os.path.join(workdir, "tiny.gguf"), "--trace", sharegpt,
                   "--limit", "40", "--no-progress"], 1, "does not fit the context length")
+    # Without chunked prefill a step must hold a whole prompt: one longer than the
+    # token budget is refused at once (it could never be scheduled), naming the flag.
+    expect_error(servelab, "bench throughput: a prompt over the budget without chunked prefill",
+                 ["bench", "throughput", "-m", tiny, "--trace", sharegpt, "--limit", "1",
+                  "--max-num-batched-tokens", "16", "--no-chunked-prefill", "--no-progress"], 1,
+                 "--max-num-batched-tokens")
     expect_error(servelab, "bench throughput needs the paged cache",
                  ["bench", "throughput", "-m", tiny, "--trace", sharegpt, "--kv-layout", "contiguous"], 1,
                  "paged KV cache")

@@ -263,6 +263,23 @@ def main():
             print("  API key: ok")
         finally:
             keyed.stop()
+        # Without chunked prefill a prompt over the token budget could never be
+        # scheduled: a 400 that names the flag, and the server keeps serving.
+        unchunked = Server(args.servelab, model,
+                           ["--no-chunked-prefill", "--max-num-batched-tokens", "32"])
+        try:
+            client = unchunked.client()
+            try:
+                client.completions.create(model="tiny", prompt=" ".join(["word"] * 60),
+                                          max_tokens=4)
+                sys.exit("a prompt over the token budget was accepted without chunked prefill")
+            except openai.BadRequestError as error:
+                assert "--max-num-batched-tokens" in str(error), error
+            short = client.completions.create(model="tiny", prompt="abc", max_tokens=4)
+            assert short.usage.completion_tokens >= 1
+            print("  --no-chunked-prefill: a prompt over the budget gets 400: ok")
+        finally:
+            unchunked.stop()
     print("PASS")
 
 

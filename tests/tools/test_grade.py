@@ -103,8 +103,11 @@ sys.exit(1 if any_failed else 0)
 FAKE_CLI = r'''#!{python}
 import json, sys
 
+import os
 with open({log!r}, "a") as log:
     log.write({who!r} + "\n")
+with open({log!r} + ".env", "a") as log:
+    log.write(os.environ.get("OMP_NUM_THREADS", "unset") + "\n")
 if {fail!r}:
     print("[20:21:38.800] info loading", file=sys.stderr)
     print("servelab: internal error: not implemented: lab01: rmsnorm", file=sys.stderr)
@@ -122,6 +125,11 @@ class GraderTestCase(unittest.TestCase):
     """A temporary folder with a manifest, fakes, a model file and a call log."""
 
     def setUp(self):
+        # No load probe: whatever else the machine runs (ctest runs tests side
+        # by side) must not change these tests' timed rounds.
+        probe = mock.patch.object(grade, "machine_busy_seconds", return_value=None)
+        probe.start()
+        self.addCleanup(probe.stop)
         self._scratch = tempfile.TemporaryDirectory(prefix="test_grade-")
         self.dir = Path(self._scratch.name)
         self.log = self.dir / "calls.log"
@@ -217,6 +225,30 @@ class TestGroupScoring(GraderTestCase):
     def test_output_is_truncated(self):
         self.assertLessEqual(len(grade.truncate("x" * 10000, grade.OUTPUT_LIMIT)), grade.OUTPUT_LIMIT)
         self.assertEqual(grade.truncate("short", grade.OUTPUT_LIMIT), "short")
+
+
+class TestGroupSelection(GraderTestCase):
+
+    def test_one_group_by_the_start_of_its_name_and_no_speed(self):
+        self.fake_tests({"Norm.A": "pass", "Rope.A": "fail", "Rope.B": "pass"})
+        self.fake_cli("reference", value=100.0)
+        self.fake_cli("student", value=100.0)
+        self.write_manifest([{"name": "RMSNorm kernel", "filter": "Norm.*", "points": 5},
+                             {"name": "RoPE rotation", "filter": "Rope.*", "points": 4}],
+                            throughput=THROUGHPUT)
+        code, results, _, _ = self.grade("--group", "RoPE")
+        self.assertEqual(code, 0)
+        self.assertEqual([t["name"] for t in results["tests"]], ["RoPE rotation"])
+        self.assertEqual((results["score"], results["max_score"]), (2, 4))
+        self.assertEqual([l for l in self.logged() if not l.startswith("tests")], [])
+
+    def test_a_prefix_that_names_no_single_group_is_an_error(self):
+        self.fake_tests({"Norm.A": "pass"})
+        self.write_manifest([{"name": "Norm one", "filter": "Norm.*", "points": 5},
+                             {"name": "Norm two", "filter": "Norm.*", "points": 5}])
+        code, results, _, stderr = self.grade("--group", "Norm")
+        self.assertEqual(code, 2)
+        self.assertIn("--group 'Norm' must start exactly one group's name", stderr)
 
 
 class TestFilterMatching(unittest.TestCase):
@@ -345,17 +377,26 @@ class TestThroughput(GraderTestCase):
         self.assertEqual(speed["score"], 0)
         self.assertEqual(results["leaderboard"][0]["value"], 0.05)
 
-    def test_runs_are_interleaved(self):
+    def test_runs_alternate_student_first_then_reference_first(self):
         self.grade_speed(100.0, repetitions=3)
         bench_calls = [line for line in self.logged() if not line.startswith("tests")]
-        self.assertEqual(bench_calls, ["reference", "student"] * 3)
+        self.assertEqual(bench_calls, ["student", "reference", "reference", "student",
+                                       "student", "reference"])
+
+    def test_timed_runs_use_the_manifests_threads_whatever_the_environment(self):
+        with mock.patch.dict(os.environ, {"OMP_NUM_THREADS": "7"}):
+            self.grade_speed(100.0, repetitions=2)
+        threads = Path(str(self.log) + ".env").read_text().split()
+        self.assertEqual(threads, ["1"] * 4)
 
     def test_repetitions_flag_overrides_manifest(self):
         self.fake_cli("reference", value=100.0)
         self.fake_cli("student", value=100.0)
         self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5}], throughput=THROUGHPUT)
         self.grade("--repetitions", "1")
-        self.assertEqual([l for l in self.logged() if not l.startswith("tests")], ["reference", "student"])
+        # At least one round of each order: two rounds.
+        self.assertEqual([l for l in self.logged() if not l.startswith("tests")],
+                         ["student", "reference", "reference", "student"])
 
     def test_failing_student_cli_gets_nothing(self):
         speed, results = self.grade_speed(100.0, student_fails=True)
@@ -363,20 +404,131 @@ class TestThroughput(GraderTestCase):
         self.assertIn("exit code 1", speed["output"])
         self.assertIn("not implemented: lab01: rmsnorm", speed["output"])
         self.assertEqual(results["leaderboard"], [])
+        self.assertEqual([l for l in self.logged() if not l.startswith("tests")], ["student"],
+                         "a student CLI that fails at once costs no reference run")
 
-    def test_noisy_runs_get_extra_rounds_until_both_sides_agree(self):
-        spec = grade.Throughput("speed", 10, ["bench"], "m", repetitions=3)
-        # Reference and student alternate. The student's 2nd run caught another job.
-        values = iter([100, 100, 100, 40, 100, 100, 100, 100, 100, 100, 100, 100])
-        with mock.patch.object(grade, "bench_value", side_effect=lambda *a: next(values)):
-            student, reference = grade.measure(spec, "student", "reference", [])
-        # Still noisy after 3 rounds (40 among 100s), so up to 3 more rounds.
-        self.assertEqual((len(student), len(reference)), (6, 6))
-        self.assertEqual(statistics.median(student), 100)
-        quiet = iter([100, 99, 101, 100, 99, 101, 100, 100])
-        with mock.patch.object(grade, "bench_value", side_effect=lambda *a: next(quiet)):
-            student, reference = grade.measure(spec, "student", "reference", [])
-        self.assertEqual((len(student), len(reference)), (3, 3))
+    def test_skip_throughput_leaves_the_speed_out(self):
+        self.fake_cli("reference", value=100.0)
+        self.fake_cli("student", value=100.0)
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5}], throughput=THROUGHPUT)
+        code, results, _, _ = self.grade("--skip-throughput")
+        self.assertEqual(code, 0)
+        self.assertEqual((results["score"], results["max_score"]), (5, 5))
+        self.assertEqual([l for l in self.logged() if not l.startswith("tests")], [])
+
+
+def run(value, other_cores=0.0, own_cores=1.0):
+    return grade.Run([value], 1.0, own_cores, other_cores)
+
+
+class TestJudge(unittest.TestCase):
+    """The estimator on chosen rounds: (student Run, reference Run) pairs; round i
+    runs the student first when i is even."""
+
+    SPEC = grade.Throughput("speed", 10, ["bench"], "m", repetitions=3)
+
+    def test_an_order_effect_cancels(self):
+        # The second run of a round is 10 % faster: student-first rounds read
+        # 0.9, reference-first ones 1.1; the two medians' geometric mean is ~1.
+        rounds = [(run(90), run(100)), (run(110), run(100)), (run(90), run(100)),
+                  (run(110), run(100))]
+        verdict = grade.judge(rounds, self.SPEC, num_cpus=2)
+        self.assertAlmostEqual(verdict.ratio, (0.9 * 1.1) ** 0.5)
+        self.assertEqual(verdict.used, [0, 1, 2, 3])
+        self.assertLessEqual(verdict.standard_error, grade.RATIO_SE_TARGET)
+
+    def test_rounds_other_programs_disturbed_are_not_used(self):
+        # One thread on 2 CPUs: one core's worth of other work is harmless,
+        # more than that (1.1 cores allowed) disturbs the run.
+        rounds = [(run(100, 1.05), run(100, 1.0)), (run(40, 1.8), run(100, 0.0)),
+                  (run(99), run(100)), (run(101), run(100))]
+        verdict = grade.judge(rounds, self.SPEC, num_cpus=2)
+        self.assertEqual(verdict.disturbed, [1])
+        self.assertAlmostEqual(verdict.ratio, 1.0, places=2)
+
+    def test_a_run_that_keeps_every_core_busy_allows_little_else(self):
+        spec = grade.Throughput("speed", 10, ["bench"], "m", repetitions=2, threads=2)
+        rounds = [(run(100, 0.3, 2.0), run(100, 0.0, 2.0)), (run(100), run(100)),
+                  (run(100), run(100))]
+        verdict = grade.judge(rounds, spec, num_cpus=2)
+        self.assertEqual(verdict.disturbed, [0])
+
+    def test_too_few_undisturbed_rounds_is_busy(self):
+        rounds = [(run(100, 1.9), run(100, 1.9))] * 12
+        verdict = grade.judge(rounds, self.SPEC, num_cpus=2)
+        self.assertIsNone(verdict.ratio)
+        self.assertTrue(verdict.busy)
+        self.assertIn("0 of 12 rounds ran undisturbed", verdict.reason)
+
+    def test_quiet_rounds_settle_at_the_repetitions(self):
+        values = iter([(run(100), run(100)), (run(101), run(100)), (run(99), run(100))])
+        rounds, verdict = grade.measure_rounds(self.SPEC, lambda index: next(values))
+        self.assertEqual(len(rounds), 3)
+        self.assertAlmostEqual(verdict.ratio, 1.0, places=2)
+
+    def test_noisy_rounds_get_more_rounds_then_a_ratio(self):
+        noisy = [1.0, 1.08, 0.93, 1.05, 0.96, 1.02, 0.98, 1.01, 0.99, 1.0, 1.0, 1.0]
+        rounds, verdict = grade.measure_rounds(
+            self.SPEC, lambda index: (run(100 * noisy[index]), run(100)))
+        self.assertGreater(len(rounds), 3)
+        self.assertAlmostEqual(verdict.ratio, 1.0, delta=0.03)
+
+    def test_rounds_that_never_agree_are_busy(self):
+        wild = [0.5, 1.6, 0.7, 1.4, 0.6, 1.5, 0.9, 1.2, 0.5, 1.7, 0.8, 1.3]
+        rounds, verdict = grade.measure_rounds(
+            self.SPEC, lambda index: (run(100 * wild[index]), run(100)))
+        self.assertEqual(len(rounds), 12)
+        self.assertIsNone(verdict.ratio)
+        self.assertTrue(verdict.busy)
+        self.assertIn("disagree", verdict.reason)
+
+    def test_a_busy_machine_costs_at_most_four_times_the_repetitions(self):
+        rounds, verdict = grade.measure_rounds(self.SPEC,
+                                               lambda index: (run(100, 1.9), run(100, 1.9)))
+        self.assertEqual(len(rounds), 12)
+        self.assertTrue(verdict.busy)
+
+
+class TestBusyMachine(GraderTestCase):
+    """A machine too busy to time: the speed is not graded, never graded wrong."""
+
+    def grade_busy(self, *flags):
+        self.fake_tests({"Norm.A": "pass"})
+        self.fake_cli("reference", value=100.0)
+        self.fake_cli("student", value=100.0)
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5}], throughput=THROUGHPUT)
+        busy = grade.Run([100.0], 1.0, 1.0, 1.95)
+        with mock.patch.object(grade, "timed_run", return_value=busy):
+            return self.grade(*flags)
+
+    def test_the_speed_scores_zero_of_zero_and_says_why(self):
+        code, results, stdout, _ = self.grade_busy()
+        self.assertEqual(code, 0)
+        speed = self.entry(results, "Decode speed")
+        self.assertEqual((speed["score"], speed["max_score"]), (0, 0))
+        self.assertTrue(speed["output"].startswith("not graded: machine busy"))
+        self.assertIn("1.95", speed["output"])
+        self.assertIn("make grade LAB=1", speed["output"])
+        self.assertEqual(results["leaderboard"], [])
+        self.assertEqual((results["score"], results["max_score"]), (5, 5))
+        self.assertIn("speed not graded: machine busy", stdout)
+
+    def test_skip_if_busy_exits_77_when_the_rest_passed(self):
+        code, _, _, _ = self.grade_busy("--min-score", "100", "--skip-if-busy")
+        self.assertEqual(code, 77)
+
+    def test_skip_if_busy_still_fails_failing_tests(self):
+        self.fake_tests({"Norm.A": "fail"})
+        self.fake_cli("reference", value=100.0)
+        self.fake_cli("student", value=100.0)
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5}], throughput=THROUGHPUT)
+        busy = grade.Run([100.0], 1.0, 1.0, 1.95)
+        with mock.patch.object(grade, "timed_run", return_value=busy):
+            code, _, _, _ = self.grade("--min-score", "100", "--skip-if-busy")
+        self.assertEqual(code, 1)
+
+
+class TestThroughputCurve(unittest.TestCase):
 
     def test_curve(self):
         spec = grade.Throughput("speed", 10, ["bench"], "m", full_ratio=0.8, zero_ratio=0.2)

@@ -38,7 +38,11 @@ TEST(BlockAllocator, ReferenceCountsFreeABlockExactlyOnce) {
     allocator.retain(block);
     EXPECT_EQ(allocator.ref_count(block), 2);
     allocator.release(block);
-    EXPECT_EQ(allocator.num_free(), 1);  // still held once
+    EXPECT_EQ(allocator.ref_count(block), 1);
+    EXPECT_EQ(allocator.num_free(), 1)
+        << "after retain and one release the block is still held once: it goes back to the "
+           "free list only when its count reaches 0, or two sequences would share a block "
+           "that is also handed out again";
     allocator.release(block);
     EXPECT_EQ(allocator.num_free(), 2);
     EXPECT_NE(test::error_of([&] { allocator.release(block); }).find("which is free"),
@@ -60,6 +64,9 @@ TEST(BlockTable, AllocatesOnlyWhenTheLastBlockIsFull) {
     table.free(allocator);
     EXPECT_EQ(allocator.num_free(), 8);
     EXPECT_EQ(table.num_tokens(), 0);
+    EXPECT_TRUE(table.blocks().empty())
+        << "after free() the table still lists " << table.blocks().size()
+        << " released blocks: free must empty it";
 }
 
 TEST(BlockTable, ForkSharesBlocksAndCopiesTheLastOnFirstWrite) {
@@ -73,7 +80,10 @@ TEST(BlockTable, ForkSharesBlocksAndCopiesTheLastOnFirstWrite) {
 
     const BlockId shared_last = parent.blocks()[1];
     const AppendResult r = child.append_slot(allocator);
-    ASSERT_TRUE(r.copy.has_value());
+    ASSERT_TRUE(r.copy.has_value())
+        << "the child's first append goes into the half-full last block it shares with its "
+           "parent (ref count 2): that block must be copied first (copy-on-write), or the "
+           "child's token overwrites the parent's";
     EXPECT_EQ(r.copy->from, shared_last);
     EXPECT_EQ(r.copy->to, child.blocks()[1]);
     EXPECT_NE(child.blocks()[1], shared_last);

@@ -59,6 +59,89 @@ std::vector<double> magnitudes(const QuantMatrix& w, const std::vector<float>& x
     return out;
 }
 
+float fp16_at(const uint8_t* bytes) { return fp16_to_float(uint16_t(bytes[0] | bytes[1] << 8)); }
+
+// A GEMV that reads the codes another way: code_low(block, j) and
+// code_high(block, j) multiply x at index_low(j) and index_high(j). With the
+// right reading (low nibble of byte j: x[j]; high nibble: x[j + 16]) it is
+// the plain GEMV; the others are what common mistakes compute.
+struct CodeReading {
+    int (*code_low)(const uint8_t* codes, int j);
+    int (*code_high)(const uint8_t* codes, int j);
+    int (*index_low)(int j);
+    int (*index_high)(int j);
+};
+
+std::vector<float> gemv_reading(const QuantMatrix& w, const std::vector<float>& x,
+                                const CodeReading& reading) {
+    std::vector<float> y(size_t(w.rows));
+    for (int64_t r = 0; r < w.rows; ++r) {
+        double acc = 0;
+        for (int64_t b = 0; b < w.cols / 32; ++b) {
+            const uint8_t* block = w.data + r * w.row_bytes + b * 20;
+            const float* xb = x.data() + b * 32;
+            double qx = 0, sum_x = 0;
+            for (int j = 0; j < 16; ++j) {
+                qx += reading.code_low(block + 4, j) * double(xb[reading.index_low(j)]) +
+                      reading.code_high(block + 4, j) * double(xb[reading.index_high(j)]);
+                sum_x += double(xb[j]) + xb[j + 16];
+            }
+            acc += fp16_at(block) * qx + fp16_at(block + 2) * sum_x;
+        }
+        y[size_t(r)] = float(acc);
+    }
+    return y;
+}
+
+int low_nibble(const uint8_t* q, int j) { return q[j] & 0x0F; }
+int high_nibble(const uint8_t* q, int j) { return q[j] >> 4; }
+// _mm_srli_epi16 shifts 16-bit lanes: without a mask, the byte 2k keeps the
+// low nibble of byte 2k + 1 in its upper four bits.
+int high_nibble_unmasked(const uint8_t* q, int j) {
+    return j % 2 == 0 ? (q[j] >> 4) | ((q[j + 1] & 0x0F) << 4) : q[j] >> 4;
+}
+int same_index(int j) { return j; }
+int plus_16(int j) { return j + 16; }
+int even_index(int j) { return 2 * j; }
+int odd_index(int j) { return 2 * j + 1; }
+
+// Which of the usual mistakes `y` matches, if one does.
+std::string diagnose(const QuantMatrix& w, const std::vector<float>& x, const std::vector<float>& y,
+                     const std::vector<double>& scale) {
+    const auto matches = [&](const std::vector<float>& alternative) {
+        for (size_t r = 0; r < y.size(); ++r) {
+            if (!(std::abs(double(y[r]) - alternative[r]) <= 1e-4 * scale[r] + 1e-6)) return false;
+        }
+        return true;
+    };
+    if (matches(gemv_reading(w, x, {low_nibble, high_nibble, even_index, odd_index}))) {
+        return "code j's nibbles were paired with x[2j] and x[2j+1]; in Q4_1 byte j holds code j "
+               "(its low nibble) and code j + 16 (its high nibble), which multiply x[j] and "
+               "x[j + 16]";
+    }
+    if (matches(gemv_reading(w, x, {low_nibble, high_nibble_unmasked, same_index, plus_16}))) {
+        return "the high codes of the even bytes carry the next byte's low nibble: "
+               "_mm_srli_epi16 shifts 16-bit lanes, so mask the shifted bytes with 0x0F";
+    }
+    std::vector<int64_t> unwritten;
+    for (size_t r = 0; r < y.size(); ++r) {
+        if (std::isnan(y[r])) unwritten.push_back(int64_t(r));
+    }
+    const int64_t rows = int64_t(y.size()), full = rows / 4 * 4;
+    if (!unwritten.empty() && full < rows && unwritten.front() == full &&
+        unwritten.size() == size_t(rows - full)) {
+        return "rows " + std::to_string(full) + ".." + std::to_string(rows - 1) + " of " +
+               std::to_string(rows) + ", the last partial pass (fewer than 4 rows), were never "
+               "written: there are ceil(rows / kRowsPerPass) passes, and the last one ends at rows";
+    }
+    if (!unwritten.empty()) {
+        return std::to_string(unwritten.size()) + " rows were never written (still NaN), the "
+               "first " + std::to_string(unwritten.front()) + ": every row must be computed by "
+               "exactly one pass";
+    }
+    return "";
+}
+
 // `step` against quant_matmul_plain on random matrices of these shapes.
 void expect_matches_plain(GemvStep step, const std::vector<int64_t>& row_counts,
                           const std::vector<int64_t>& col_counts, uint64_t salt) {
@@ -84,9 +167,38 @@ void expect_matches_plain(GemvStep step, const std::vector<int64_t>& row_counts,
                                   << ")";
                 }
             }
-            if (reported > 0) return;  // one failing shape tells enough
+            if (reported > 0) {  // one failing shape tells enough
+                const std::string why = diagnose(w.view, x, y, scale);
+                if (!why.empty()) ADD_FAILURE() << why;
+                return;
+            }
         }
     }
+}
+
+// x, the matrix and y end at an inaccessible page: a loop that reads a row
+// (or a block, or an x element) too many, or writes y[rows], stops the test
+// with SIGSEGV. 7 rows: a last pass of 3.
+void expect_stays_inside_its_arrays(GemvStep step, int threads) {
+    test::RandomSource random(7);
+    SCOPED_TRACE(random.trace());
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    const int64_t rows = 7, cols = 64;
+    const RandomQ4_1 w = random_q4_1(random, rows, cols);
+    test::GuardedArray<uint8_t> bytes(w.bytes);
+    const QuantMatrix view{GgmlType::kQ4_1, bytes.data(), rows, cols, w.view.row_bytes};
+    test::GuardedArray<float> x(random.normal(size_t(cols))), y(static_cast<size_t>(rows));
+    step(x.data(), view, y.data());
+    std::vector<float> expected(static_cast<size_t>(rows));
+    quant_matmul_plain(x.data(), view, expected.data(), 1);
+    const std::vector<double> scale = magnitudes(view, x.to_vector());
+    for (int64_t r = 0; r < rows; ++r) {
+        EXPECT_LE(std::abs(double(y[size_t(r)]) - expected[size_t(r)]),
+                  1e-4 * scale[size_t(r)] + 1e-6)
+            << "row " << r;
+    }
+    omp_set_num_threads(saved);
 }
 
 const std::vector<int64_t> kRowCounts = {1, 3, 17, 577};
@@ -130,6 +242,8 @@ TEST(GemvStep1Unrolled, MatchesPlain) {
     expect_matches_plain(gemv_step1_unrolled, kRowCounts, with_random_cols(101), 1);
 }
 
+TEST(GemvStep1Unrolled, StaysInsideItsArrays) { expect_stays_inside_its_arrays(gemv_step1_unrolled, 1); }
+
 TEST(GemvStep2Threads, MatchesPlain) {
     expect_matches_plain(gemv_step2_threads, kRowCounts, with_random_cols(102), 2);
 }
@@ -138,9 +252,13 @@ TEST(GemvStep2Threads, MatchesPlainForAnyThreadCount) {
     expect_matches_plain_threaded(gemv_step2_threads, 20);
 }
 
+TEST(GemvStep2Threads, StaysInsideItsArrays) { expect_stays_inside_its_arrays(gemv_step2_threads, 2); }
+
 TEST(GemvStep3Simd, MatchesPlain) {
     expect_matches_plain(gemv_step3_simd, kRowCounts, with_random_cols(103), 3);
 }
+
+TEST(GemvStep3Simd, StaysInsideItsArrays) { expect_stays_inside_its_arrays(gemv_step3_simd, 1); }
 
 TEST(GemvStep4Blocked, MatchesPlain) {
     expect_matches_plain(gemv_step4_blocked, kRowCounts, with_random_cols(104), 4);
@@ -149,6 +267,8 @@ TEST(GemvStep4Blocked, MatchesPlain) {
 TEST(GemvStep4Blocked, MatchesPlainForAnyThreadCount) {
     expect_matches_plain_threaded(gemv_step4_blocked, 40);
 }
+
+TEST(GemvStep4Blocked, StaysInsideItsArrays) { expect_stays_inside_its_arrays(gemv_step4_blocked, 2); }
 
 // The LM head's shape: 49152 rows (SmolLM2's vocabulary) of 576.
 TEST(GemvStep4Blocked, MatchesPlainOnTheHeadShape) {

@@ -47,6 +47,41 @@ TEST_F(GeneratorTest, GreedyTokensAreArgmaxOfFullRecompute) {
         sequence.push_back(token);
     }
     EXPECT_EQ(result.timings.step_latency_ms.size(), 6u);
+    EXPECT_EQ(result.timings.first_step_ms, result.timings.step_latency_ms.front())
+        << "timings.first_step_ms is the latency of the first step (the prefill)";
+}
+
+// The loop by its definition: each step computes the logits of the whole
+// sequence so far, samples from them, and appends the token; with the same
+// seed the generator must give the same tokens. A loop that never appends
+// samples every token from the prompt's logits: that is checked separately so
+// that the message can say so.
+TEST_F(GeneratorTest, SampledTokensEqualTheLoopOverTheGrowingSequence) {
+    SCOPED_TRACE(random_.trace());
+    SamplingParams params;
+    params.max_tokens = 10;
+    params.ignore_eos = true;
+    params.temperature = 1.5f;
+    params.seed = random_.seed();
+    const GenerationResult result = run(params);
+    const auto loop = [&](bool append) {
+        Sampler sampler(params);
+        std::vector<TokenId> sequence = prompt_, tokens;
+        for (int32_t i = 0; i < params.max_tokens; ++i) {
+            std::vector<float> logits = runner_->forward({sequence, 0});
+            const TokenId token = sampler.sample(logits, sequence);
+            tokens.push_back(token);
+            if (append) sequence.push_back(token);
+        }
+        return tokens;
+    };
+    const std::vector<TokenId> expected = loop(true);
+    if (result.tokens != expected && result.tokens == loop(false)) {
+        ADD_FAILURE() << "every token was sampled from the prompt's logits: the sampled token is "
+                         "never appended to the sequence, so each step sees the prompt alone";
+    }
+    EXPECT_EQ(result.tokens, expected)
+        << "the tokens differ from forward(sequence so far) -> sample -> append, step by step";
 }
 
 TEST_F(GeneratorTest, SeededSamplingIsReproducible) {
@@ -138,6 +173,27 @@ TEST_F(GeneratorTest, EndsWithLengthAtContextLimit) {
     const auto result = run(params);
     EXPECT_EQ(result.prompt_tokens.size() + result.tokens.size(), 64u);
     EXPECT_EQ(result.finish_reason, FinishReason::kLength);
+}
+
+// At the context limit the stop checker may still hold text back (the end of
+// the output could be the start of a stop string); ending there must stream
+// it too, so that the streamed pieces add up to the text.
+TEST_F(GeneratorTest, EndingAtTheContextLimitStreamsTheHeldBackText) {
+    SCOPED_TRACE(random_.trace());
+    SamplingParams params;
+    params.max_tokens = 1000;
+    params.ignore_eos = true;
+    const auto free_run = run(params);
+    ASSERT_GE(free_run.text.size(), 2u);
+    // A stop string that starts with the output's last two bytes and never matches.
+    params.stop_strings = {free_run.text.substr(free_run.text.size() - 2) + "\x01\x02\x03"};
+    std::string streamed;
+    const auto held = run(params, [&](TokenId, const std::string& piece) { streamed += piece; });
+    EXPECT_EQ(held.finish_reason, FinishReason::kLength);
+    EXPECT_EQ(held.text, free_run.text);
+    EXPECT_EQ(streamed, held.text)
+        << "the streamed pieces miss the text the stop checker held back at the end: when the "
+           "sequence reaches the context, the loop must stream what stop.finish() returns";
 }
 
 TEST_F(GeneratorTest, RejectsEmptyAndOverlongPrompts) {

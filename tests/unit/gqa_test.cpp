@@ -25,11 +25,23 @@ const std::vector<std::pair<int64_t, int64_t>> kHeadRatios = {{4, 4}, {8, 4}, {6
                                                               {8, 2}, {8, 1}, {5, 1}};
 
 TEST(HeadMapping, GroupsConsecutiveQueryHeads) {
-    for (int64_t h = 0; h < 8; ++h) EXPECT_EQ(kv_head_for_query_head(h, 8, 8), h) << "MHA";
-    for (int64_t h = 0; h < 8; ++h) EXPECT_EQ(kv_head_for_query_head(h, 8, 1), 0) << "MQA";
-    const int64_t expected_gqa[] = {0, 0, 0, 1, 1, 1, 2, 2, 2};  // SmolLM2: 9 heads, 3 KV heads
-    for (int64_t h = 0; h < 9; ++h) EXPECT_EQ(kv_head_for_query_head(h, 9, 3), expected_gqa[h]);
-    EXPECT_EQ(kv_head_for_query_head(31, 32, 8), 7);  // Llama-3-8B's last head
+    // (num_heads, num_kv_heads): MHA, MQA, SmolLM2 (9 on 3), 8 on 2, Llama-3-8B (32 on 8).
+    for (auto [heads, kv_heads] : std::vector<std::pair<int64_t, int64_t>>{
+             {8, 8}, {8, 1}, {9, 3}, {8, 2}, {32, 8}}) {
+        bool interleaved = true;
+        for (int64_t h = 0; h < heads; ++h) {
+            interleaved &= kv_head_for_query_head(h, heads, kv_heads) == h % kv_heads;
+        }
+        for (int64_t h = 0; h < heads; ++h) {
+            const int64_t expected = h / (heads / kv_heads);
+            EXPECT_EQ(kv_head_for_query_head(h, heads, kv_heads), expected)
+                << "query head " << h << " of " << heads << " on " << kv_heads << " KV heads"
+                << (interleaved ? ": the query heads are dealt out over the KV heads "
+                                  "(h % num_kv_heads), but consecutive query heads share one KV "
+                                  "head: h / (num_heads / num_kv_heads)"
+                                : "");
+        }
+    }
 }
 
 // (num_tokens, num_kv_heads, head_dim) → (num_tokens, num_heads, head_dim),

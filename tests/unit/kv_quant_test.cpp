@@ -53,8 +53,15 @@ TEST(KvQuant, Int8RowErrorIsAtMostHalfAStep) {
         dequantize_int8_row(codes.data(), scale, n, back.data());
         int largest_code = 0;
         for (int64_t i = 0; i < n; ++i) {
+            const float exact = row[size_t(i)] / scale;
+            const bool truncated = codes[size_t(i)] == int8_t(std::trunc(exact)) &&
+                                   std::fabs(exact - std::trunc(exact)) > 0.5f;
             ASSERT_LE(std::fabs(back[size_t(i)] - row[size_t(i)]), 0.5f * scale * 1.0001f)
-                << "element " << i << " of " << n;
+                << "element " << i << " of " << n << ": x / scale = " << exact << " became code "
+                << int(codes[size_t(i)]) << ", more than half a step away"
+                << (truncated ? ": the code is x / scale truncated toward zero; round to the "
+                                "nearest code instead (std::nearbyint)"
+                              : "");
             EXPECT_EQ(back[size_t(i)], float(codes[size_t(i)]) * scale);
             largest_code = std::max(largest_code, std::abs(int(codes[size_t(i)])));
         }
@@ -76,6 +83,10 @@ TEST(KvQuant, Int8IsSymmetricAndKeepsZeroRowsExact) {
     const std::vector<float> zeros(64, 0.0f);
     std::vector<int8_t> zero_codes(64, int8_t(7));
     EXPECT_EQ(quantize_int8_row(zeros.data(), 64, zero_codes.data()), 0.0f);
+    for (size_t i = 0; i < 64; ++i) {
+        EXPECT_EQ(zero_codes[i], 0) << "code " << i << " of an all-zero row: every code must be "
+                                    << "written, as 0 (they were poisoned with 7 beforehand)";
+    }
     std::vector<float> back(64, NAN);
     dequantize_int8_row(zero_codes.data(), 0.0f, 64, back.data());
     for (float x : back) EXPECT_EQ(x, 0.0f);

@@ -135,8 +135,51 @@ TEST(Mla, AbsorbedEqualsNaiveOnRandomData) {
                             view(latents, s.kv_lora_rank), wkv_b.data(), naive.data(), s);
         mla_attention_absorbed(q_nope.data(), q_pe.data(), view(rope_keys, s.rope_dim),
                                view(latents, s.kv_lora_rank), wkv_b.data(), absorbed.data(), s);
-        EXPECT_LE(test::max_relative_error(absorbed, naive), 1e-5);
+        // What scaling the scores by 1/sqrt(kv_lora_rank + rope_dim) would give:
+        // the naive form with every query scaled by the ratio of the two scales.
+        const float ratio = std::sqrt(float(s.qk_nope_dim + s.rope_dim) /
+                                      float(s.kv_lora_rank + s.rope_dim));
+        std::vector<float> q_nope_scaled = q_nope, q_pe_scaled = q_pe;
+        for (float& x : q_nope_scaled) x *= ratio;
+        for (float& x : q_pe_scaled) x *= ratio;
+        std::vector<float> latent_scaled(out_size, NAN);
+        mla_attention_naive(q_nope_scaled.data(), q_pe_scaled.data(), view(rope_keys, s.rope_dim),
+                            view(latents, s.kv_lora_rank), wkv_b.data(), latent_scaled.data(), s);
+        const double error = test::max_relative_error(absorbed, naive);
+        const bool latent_scale = s.kv_lora_rank != s.qk_nope_dim &&
+                                  test::max_relative_error(absorbed, latent_scaled) <= 1e-5;
+        EXPECT_LE(error, 1e-5) << "absorbed and naive MLA differ"
+                               << (latent_scale
+                                       ? ": the absorbed scores are scaled by 1/sqrt(kv_lora_rank "
+                                         "+ rope_dim), but the scale comes from the key width the "
+                                         "model was trained with, qk_nope_dim + rope_dim"
+                                       : "");
     }
+}
+
+// Every array ends at an inaccessible page: a loop that runs one element (or
+// one head) past its end stops this test with SIGSEGV.
+TEST(Mla, AbsorbedReadsAndWritesOnlyInsideItsArrays) {
+    RandomSource random;
+    SCOPED_TRACE(random.trace());
+    MlaShape s;
+    s.num_keys = 5, s.num_queries = 3, s.num_heads = 2, s.qk_nope_dim = 6, s.rope_dim = 4;
+    s.v_head_dim = 5, s.kv_lora_rank = 7;
+    test::GuardedArray<float> q_nope(random.normal(size_t(3 * 2 * 6))),
+        q_pe(random.normal(size_t(3 * 2 * 4))), latents(random.normal(size_t(5 * 7))),
+        rope_keys(random.normal(size_t(5 * 4))), wkv_b(random.normal(size_t(2 * (6 + 5) * 7))),
+        absorbed(size_t(3 * 2 * 5));
+    const auto view = [](const test::GuardedArray<float>& rows, int64_t width) {
+        return KvView{.data = reinterpret_cast<const uint8_t*>(rows.data()),
+                      .num_heads = 1,
+                      .head_dim = width};
+    };
+    std::vector<float> naive(absorbed.size(), NAN);
+    mla_attention_naive(q_nope.data(), q_pe.data(), view(rope_keys, 4), view(latents, 7),
+                        wkv_b.data(), naive.data(), s);
+    mla_attention_absorbed(q_nope.data(), q_pe.data(), view(rope_keys, 4), view(latents, 7),
+                           wkv_b.data(), absorbed.data(), s);
+    EXPECT_LE(test::max_relative_error(absorbed.to_vector(), naive), 1e-5);
 }
 
 // Whole models: prefill logits and token-by-token decoding, both forms, any

@@ -48,6 +48,21 @@ std::vector<float> paged(const PagedKvCache& pool, const BlockTable& table, cons
     return out;
 }
 
+// Attention whose token j is read from pool row row_of(j): what a gather that
+// computes the rows another way would give.
+template <typename RowOf>
+std::vector<float> attention_over_pool_rows(const PagedKvCache& pool, const ModelConfig& c,
+                                            const std::vector<float>& q, int64_t num_queries,
+                                            int64_t num_keys, RowOf row_of) {
+    const int64_t kv = c.kv_dim();
+    std::vector<float> k(size_t(num_keys * kv)), v(size_t(num_keys * kv));
+    for (int64_t j = 0; j < num_keys; ++j) {
+        std::copy_n(pool.keys(1) + row_of(j) * kv, kv, k.begin() + j * kv);
+        std::copy_n(pool.values(1) + row_of(j) * kv, kv, v.begin() + j * kv);
+    }
+    return contiguous_attention(c, q, k, v, num_queries, num_keys);
+}
+
 TEST(PagedAttention, EqualsAttentionOverAContiguousCache) {
     RandomSource random;
     SCOPED_TRACE(random.trace());
@@ -69,12 +84,48 @@ TEST(PagedAttention, EqualsAttentionOverAContiguousCache) {
             const auto k = random.normal(size_t(num_keys * c.kv_dim()));
             const auto v = random.normal(size_t(num_keys * c.kv_dim()));
             pool.write(1, target, 0, k.data(), v.data(), num_keys);
-            EXPECT_LE(
-                test::max_relative_error(paged(pool, target, c, q, num_queries, num_keys),
-                                         contiguous_attention(c, q, k, v, num_queries, num_keys)),
-                1e-6);
+            const std::vector<float> got = paged(pool, target, c, q, num_queries, num_keys);
+            const double error = test::max_relative_error(
+                got, contiguous_attention(c, q, k, v, num_queries, num_keys));
+            const auto& blocks = target.blocks();
+            const bool unscaled_block =
+                block_size > 1 &&
+                test::max_relative_error(
+                    got, attention_over_pool_rows(pool, c, q, num_queries, num_keys, [&](int64_t j) {
+                        return int64_t(blocks[size_t(j / block_size)]) + j % block_size;
+                    })) <= 1e-6;
+            EXPECT_LE(error, 1e-6)
+                << (unscaled_block
+                        ? "token j was read from pool row block_table[j / block_size] + j % "
+                          "block_size: the block id must be multiplied by block_size (a block "
+                          "is block_size rows of the pool)"
+                        : "paged attention differs from attention over the same keys and "
+                          "values stored contiguously");
         }
     }
+}
+
+// The block table ends at an inaccessible page, with exactly the blocks the
+// sequence's tokens fill: reading an entry past the last token's block stops
+// this test with SIGSEGV.
+TEST(PagedAttention, ReadsNoBlockTableEntryPastTheLastToken) {
+    RandomSource random;
+    SCOPED_TRACE(random.trace());
+    const ModelConfig c = tiny_config(4, 2);
+    const int64_t block_size = 4, num_keys = 12;  // exactly 3 full blocks
+    PagedKvCache pool(c, 8, block_size);
+    BlockTable table(block_size);
+    for (int64_t t = 0; t < num_keys; ++t) table.append_slot(pool.allocator());
+    const auto k = random.normal(size_t(num_keys * c.kv_dim()));
+    const auto v = random.normal(size_t(num_keys * c.kv_dim()));
+    pool.write(1, table, 0, k.data(), v.data(), num_keys);
+    test::GuardedArray<int32_t> guarded_table(table.blocks().size());
+    std::copy(table.blocks().begin(), table.blocks().end(), guarded_table.data());
+    const auto q = random.normal(size_t(2 * c.q_dim()));
+    std::vector<float> out(q.size(), NAN);
+    paged_attention(q.data(), pool.keys(1), pool.values(1), guarded_table.data(), block_size,
+                    out.data(), {2, num_keys, c.num_heads, c.num_kv_heads, c.head_dim});
+    EXPECT_LE(test::max_relative_error(out, contiguous_attention(c, q, k, v, 2, num_keys)), 1e-6);
 }
 
 TEST(PagedAttention, ForkedSequencesReadTheirOwnTokensAfterCopyOnWrite) {

@@ -2,11 +2,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
+#include <sstream>
 
 #include "reference/common/error.h"
 #include "reference/sampling/sampler.h"
+#include "reference/sampling/sampling_filters.h"
 #include "tests/unit/test_util.h"
 
 namespace servelab {
@@ -138,6 +142,102 @@ TEST(Sampler, PenaltyCanChangeTheGreedyChoice) {
     Sampler sampler(params);
     const std::vector<TokenId> history = {0};
     EXPECT_EQ(sampler.sample(logits, history), 1);
+}
+
+// ---- The filters one by one: argmax, keep_top_k, keep_top_p ------------------
+
+std::string ids_of(const std::vector<Candidate>& candidates) {
+    std::ostringstream out;
+    out << "[";
+    for (size_t i = 0; i < candidates.size(); ++i) out << (i ? ", " : "") << candidates[i].id;
+    return out.str() + "]";
+}
+
+TEST(SamplingFilters, ArgmaxFindsTheLargestValueWhereverItIs) {
+    RandomSource random;
+    SCOPED_TRACE(random.trace());
+    // The logits end at an inaccessible page: reading past the last one stops
+    // the test with SIGSEGV.
+    for (size_t n : {1, 2, 7, 50}) {
+        for (size_t at = 0; at < n; ++at) {
+            test::GuardedArray<float> logits(random.uniform(n, -5.0f, 4.0f));
+            logits[at] = 5.0f;
+            EXPECT_EQ(argmax(logits.span()), TokenId(at))
+                << "the largest of " << n << " logits is at index " << at;
+        }
+    }
+}
+
+TEST(SamplingFilters, ArgmaxGivesATieToTheLowestId) {
+    for (const std::vector<float>& tied : {std::vector<float>{3, 1, 3, 3}, {1, 3, 3, 2},
+                                           {-1, -1}, {0, 2, 2, 2, 2}}) {
+        const TokenId first = TokenId(std::max_element(tied.begin(), tied.end()) - tied.begin());
+        const TokenId got = argmax(tied);
+        EXPECT_EQ(got, first) << "on a tie argmax returned id " << got << ": the lowest id must "
+                              << "win (" << first << "); a later equal value must not replace "
+                              << "the best one";
+    }
+}
+
+// What keep_top_k must leave: most likely first, ties broken by the lower id,
+// the first k of them (all when k is 0 or at least the count).
+std::vector<Candidate> top_k_by_definition(std::vector<Candidate> candidates, int32_t k) {
+    std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+        return a.score != b.score ? a.score > b.score : a.id < b.id;
+    });
+    if (k > 0 && size_t(k) < candidates.size()) candidates.resize(size_t(k));
+    return candidates;
+}
+
+TEST(SamplingFilters, KeepTopKSortsByScoreThenIdAndKeepsTheFirstK) {
+    RandomSource random;
+    SCOPED_TRACE(random.trace());
+    for (int trial = 0; trial < 40; ++trial) {
+        const int64_t n = random.integer(2, 12);
+        // Probabilities close together, many of them tied (steps of 0.01).
+        std::vector<Candidate> candidates;
+        for (int64_t id = 0; id < n; ++id) {
+            candidates.push_back({float(random.integer(1, 6)) * 0.01f, TokenId(id)});
+        }
+        std::shuffle(candidates.begin(), candidates.end(), random.engine());
+        for (int32_t k : {0, 1, int32_t(n - 1), int32_t(n), int32_t(n + 3),
+                          int32_t(random.integer(1, n))}) {
+            std::vector<Candidate> kept = candidates;
+            keep_top_k(kept, k);
+            const std::vector<Candidate> expected = top_k_by_definition(candidates, k);
+            EXPECT_EQ(ids_of(kept), ids_of(expected))
+                << "keep_top_k(k = " << k << ") of " << n << " candidates kept " << kept.size()
+                << " (expected " << expected.size() << ": k of them, or all when k is 0 or "
+                << "at least their count), most likely first, ties: the lower id first";
+        }
+    }
+}
+
+std::vector<Candidate> probabilities(const std::vector<float>& sorted_probs) {
+    std::vector<Candidate> candidates;
+    for (size_t i = 0; i < sorted_probs.size(); ++i) {
+        candidates.push_back({sorted_probs[i], TokenId(10 + i)});
+    }
+    return candidates;
+}
+
+TEST(SamplingFilters, KeepTopPKeepsTheShortestPrefixThatReachesTopP) {
+    // Binary fractions: every partial sum is exact, so "reaches" is exact too.
+    const std::vector<float> probs = {0.5f, 0.25f, 0.125f, 0.125f};
+    for (auto [top_p, expected] : std::vector<std::pair<float, size_t>>{
+             {0.1f, 1}, {0.5f, 1}, {0.6f, 2}, {0.75f, 2}, {0.8f, 3}, {0.875f, 3}, {1.0f, 4}}) {
+        std::vector<Candidate> kept = probabilities(probs);
+        keep_top_p(kept, top_p);
+        EXPECT_EQ(kept.size(), expected)
+            << "top_p = " << top_p << " of 0.5, 0.25, 0.125, 0.125: keep the shortest prefix "
+            << "whose sum reaches top_p (a sum equal to top_p reaches it), at least one";
+    }
+    // Probabilities that add up to less than top_p (rounding, or min-p before):
+    // every candidate is kept, and nothing past the last is read.
+    std::vector<Candidate> short_mass = probabilities({0.5f, 0.25f, 0.125f});
+    keep_top_p(short_mass, 0.95f);
+    EXPECT_EQ(ids_of(short_mass), "[10, 11, 12]")
+        << "candidates summing to 0.875 < top_p 0.95: all three stay, and no more";
 }
 
 TEST(SamplingParams, RejectsOutOfRangeValues) {

@@ -24,13 +24,43 @@ namespace {
 using test::one_float_config;
 using test::RandomSource;
 
-std::unique_ptr<Request> make_request(int64_t id, int64_t prompt_tokens, int32_t max_tokens,
-                                      int64_t block_size, int32_t priority = 0) {
+std::unique_ptr<Request> request_with(int64_t id, std::vector<TokenId> prompt,
+                                      int32_t max_tokens, int64_t block_size,
+                                      int32_t priority = 0) {
     SamplingParams params;
     params.max_tokens = max_tokens;
+    return std::make_unique<Request>(id, std::move(prompt), params, priority, block_size);
+}
+
+// Request `id` with a prompt of distinct tokens id * 1000 + i.
+std::unique_ptr<Request> make_request(int64_t id, int64_t prompt_tokens, int32_t max_tokens,
+                                      int64_t block_size, int32_t priority = 0) {
     std::vector<TokenId> prompt;
     for (int64_t i = 0; i < prompt_tokens; ++i) prompt.push_back(TokenId(id * 1000 + i));
-    return std::make_unique<Request>(id, prompt, params, priority, block_size);
+    return request_with(id, prompt, max_tokens, block_size, priority);
+}
+
+// A step's batch in the student's terms: "[request 1: 32 tokens, request 2: 1 token]".
+std::string batch(const SchedulerOutput& out) {
+    std::string text = "[";
+    for (const ScheduledChunk& c : out.chunks) {
+        text += (text.size() > 1 ? ", " : "") + std::string("request ") +
+                std::to_string(c.request->id) + ": " + std::to_string(c.num_tokens) +
+                (c.num_tokens == 1 ? " token" : " tokens");
+    }
+    return text + "]";
+}
+
+std::vector<int64_t> ids(const std::vector<Request*>& requests) {
+    std::vector<int64_t> out;
+    for (const Request* r : requests) out.push_back(r->id);
+    return out;
+}
+
+std::string id_list(const std::vector<int64_t>& values) {
+    std::string text = "[";
+    for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+    return text + "]";
 }
 
 // What the engine does after a step, minus the model: the chunks' tokens are
@@ -51,29 +81,140 @@ TEST(Scheduler, ChunksALongPromptUnderTheTokenBudget) {
     std::vector<int64_t> chunk_sizes;
     for (int step = 0; step < 4; ++step) {
         const SchedulerOutput out = scheduler.schedule();
-        ASSERT_EQ(out.chunks.size(), 1u);
+        ASSERT_EQ(out.chunks.size(), 1u) << "step " << step << ": " << batch(out);
         chunk_sizes.push_back(out.chunks[0].num_tokens);
+        ASSERT_LE(out.chunks[0].num_tokens, 32)
+            << "step " << step << " computes " << batch(out) << " with a token budget of 32: a "
+            << "running request computes at most what the budget leaves (the next chunk of its "
+            << "prompt)";
         pretend_step(kv, out);
     }
-    EXPECT_EQ(chunk_sizes, (std::vector<int64_t>{32, 32, 32, 4}));
+    EXPECT_EQ(chunk_sizes, (std::vector<int64_t>{32, 32, 32, 4}))
+        << "a 100-token prompt under a 32-token budget; chunks were " << id_list(chunk_sizes);
     EXPECT_EQ(request->num_generated(), 1);                      // the last chunk ended the prompt
     EXPECT_EQ(scheduler.schedule().chunks.at(0).num_tokens, 1);  // decoding now
     scheduler.finish(*request);
     EXPECT_EQ(pool.allocator().num_free(), 64);
 }
 
+// With 7 of its 8 tokens spent on running requests, the budget's last token
+// still admits the next waiting request, with a 1-token chunk of its prompt.
+TEST(Scheduler, TheBudgetsLastTokenAdmitsAWaitingRequestsFirstChunk) {
+    PagedKvCache pool(one_float_config(), 64, 4);
+    KvBlockManager kv(pool, false);
+    Scheduler scheduler(kv, {.max_num_batched_tokens = 8, .max_num_seqs = 16}, 4096);
+    std::vector<std::unique_ptr<Request>> requests;
+    for (int64_t id = 1; id <= 7; ++id) {
+        requests.push_back(make_request(id, 1, 4, 4));
+        scheduler.add(*requests.back());
+    }
+    auto last = make_request(8, 5, 4, 4);
+    scheduler.add(*last);
+    const SchedulerOutput out = scheduler.schedule();
+    ASSERT_EQ(out.chunks.size(), 8u)
+        << "7 one-token prompts leave 1 token of the budget of 8, and request 8's prompt can "
+        << "start with a 1-token chunk; the batch was " << batch(out);
+    EXPECT_EQ(out.chunks.back().request->id, 8);
+    EXPECT_EQ(out.chunks.back().num_tokens, 1);
+}
+
 TEST(Scheduler, WithoutChunkingAPromptWaitsForAWholeStep) {
     PagedKvCache pool(one_float_config(), 64, 4);
     KvBlockManager kv(pool, false);
     Scheduler scheduler(kv, {.max_num_batched_tokens = 32, .chunked_prefill = false}, 4096);
-    auto small = make_request(1, 20, 4, 4);
-    auto large = make_request(2, 20, 4, 4);
-    scheduler.add(*small);
-    scheduler.add(*large);
+    auto first = make_request(1, 20, 4, 4);
+    auto second = make_request(2, 20, 4, 4);
+    scheduler.add(*first);
+    scheduler.add(*second);
     const SchedulerOutput out = scheduler.schedule();  // 20 + 20 > 32: only the first
-    ASSERT_EQ(out.chunks.size(), 1u);
-    EXPECT_EQ(out.chunks[0].request, small.get());
+    ASSERT_EQ(out.chunks.size(), 1u) << batch(out);
+    EXPECT_EQ(out.chunks[0].request->id, 1);
     EXPECT_EQ(scheduler.num_waiting(), 1);
+}
+
+// Without chunked prefill a prompt goes in whole or waits: one that fits what
+// is left of the budget exactly goes in; one a token longer waits.
+TEST(Scheduler, WithoutChunkingAPromptThatFitsWhatIsLeftGoesInWholeAndOneMoreWaits) {
+    PagedKvCache pool(one_float_config(), 64, 4);
+    KvBlockManager kv(pool, false);
+    const SchedulerConfig config{.max_num_batched_tokens = 32, .chunked_prefill = false};
+    {
+        Scheduler scheduler(kv, config, 4096);
+        auto first = make_request(1, 20, 1, 4), second = make_request(2, 12, 1, 4);
+        scheduler.add(*first);
+        scheduler.add(*second);
+        const SchedulerOutput out = scheduler.schedule();
+        EXPECT_EQ(out.chunks.size(), 2u)
+            << "20 + 12 tokens fill a budget of 32 exactly: both go in; the batch was "
+            << batch(out);
+        for (const ScheduledChunk& c : out.chunks) scheduler.finish(*c.request);
+    }
+    {
+        Scheduler scheduler(kv, config, 4096);
+        auto first = make_request(3, 20, 1, 4), second = make_request(4, 13, 1, 4);
+        scheduler.add(*first);
+        scheduler.add(*second);
+        const SchedulerOutput out = scheduler.schedule();
+        EXPECT_EQ(batch(out), "[request 3: 20 tokens]")
+            << "request 4's 13 tokens do not fit the 12 left: without chunked prefill it waits "
+            << "for a step it fits whole, it is not cut";
+        EXPECT_EQ(scheduler.num_waiting(), 1);
+    }
+}
+
+// Admission starts a request with kv_.start, which takes its prompt's cached
+// full blocks and counts their tokens as computed.
+TEST(Scheduler, PrefixCacheHitsCountAsComputedAtAdmission) {
+    PagedKvCache pool(one_float_config(), 16, 4);
+    KvBlockManager kv(pool, true);
+    Scheduler scheduler(kv, {.max_num_batched_tokens = 64}, 4096);
+    std::vector<TokenId> prompt;
+    for (TokenId t = 100; t < 112; ++t) prompt.push_back(t);  // 3 full blocks
+    auto first = request_with(1, prompt, 1, 4);
+    scheduler.add(*first);
+    pretend_step(kv, scheduler.schedule());
+    scheduler.finish(*first);  // its full blocks stay in the prefix cache
+    std::vector<TokenId> shared(prompt.begin(), prompt.begin() + 8);
+    for (TokenId t = 500; t < 504; ++t) shared.push_back(t);
+    auto second = request_with(2, shared, 1, 4);
+    scheduler.add(*second);
+    const SchedulerOutput out = scheduler.schedule();
+    EXPECT_EQ(batch(out), "[request 2: 4 tokens]")
+        << "request 2's first 8 prompt tokens are request 1's, cached in 2 full blocks: admission "
+        << "starts it with kv_.start, which counts them as computed, so it computes only 4";
+}
+
+// A request that cannot be admitted this step goes back to waiting holding
+// nothing: what kv_.start gave it (cached blocks) is released again.
+TEST(Scheduler, ARequestThatKeepsWaitingHoldsNoBlocks) {
+    PagedKvCache pool(one_float_config(), 16, 4);
+    KvBlockManager kv(pool, true);
+    Scheduler scheduler(kv, {.max_num_batched_tokens = 20, .chunked_prefill = false}, 4096);
+    std::vector<TokenId> prompt;
+    for (TokenId t = 100; t < 108; ++t) prompt.push_back(t);  // 2 full blocks, cached below
+    auto first = request_with(1, prompt, 1, 4);
+    scheduler.add(*first);
+    pretend_step(kv, scheduler.schedule());
+    scheduler.finish(*first);
+    auto other = make_request(2, 10, 1, 4);
+    std::vector<TokenId> longer = prompt;
+    for (TokenId t = 900; t < 912; ++t) longer.push_back(t);  // 8 cached + 12 to compute
+    auto waiting = request_with(3, longer, 1, 4);
+    scheduler.add(*other);
+    scheduler.add(*waiting);
+    const SchedulerOutput out = scheduler.schedule();
+    ASSERT_EQ(batch(out), "[request 2: 10 tokens]")
+        << "request 3's 12 uncached tokens do not fit the 10 left: it waits";
+    EXPECT_EQ(waiting->kv.table.blocks().size(), 0u)
+        << "request 3 waits, yet it holds " << waiting->kv.table.blocks().size()
+        << " KV blocks: a request sent back to waiting must release what kv_.start gave it "
+        << "(kv_.finish), or those blocks stay taken";
+    pretend_step(kv, out);
+    scheduler.finish(*other);
+    pretend_step(kv, scheduler.schedule());  // request 3's turn
+    scheduler.finish(*waiting);
+    kv.clear_prefix_cache();
+    EXPECT_EQ(pool.allocator().num_free(), pool.num_blocks()) << "blocks leaked";
 }
 
 TEST(Scheduler, RunningRequestsGoFirstAndTheCapHolds) {
@@ -86,19 +227,16 @@ TEST(Scheduler, RunningRequestsGoFirstAndTheCapHolds) {
         scheduler.add(*requests.back());
     }
     SchedulerOutput out = scheduler.schedule();
-    ASSERT_EQ(out.chunks.size(), 2u);  // the cap: 2 running
+    ASSERT_EQ(out.chunks.size(), 2u) << "max_num_seqs = 2; the batch was " << batch(out);
     pretend_step(kv, out);
     out = scheduler.schedule();
-    ASSERT_EQ(out.chunks.size(), 2u);
-    EXPECT_EQ(out.chunks[0].request, requests[0].get());  // decode tokens of the running two
-    EXPECT_EQ(out.chunks[0].num_tokens, 1);
+    EXPECT_EQ(batch(out), "[request 0: 1 token, request 1: 1 token]")
+        << "the running two decode; the cap keeps the others waiting";
     scheduler.finish(*requests[0]);  // a request leaves...
     pretend_step(kv, out);
     out = scheduler.schedule();  // ...and a waiting one joins at the next step
-    ASSERT_EQ(out.chunks.size(), 2u);
-    EXPECT_EQ(out.chunks[0].request, requests[1].get());
-    EXPECT_EQ(out.chunks[1].request, requests[2].get());
-    EXPECT_EQ(out.chunks[1].num_tokens, 6);
+    EXPECT_EQ(batch(out), "[request 1: 1 token, request 2: 6 tokens]")
+        << "running requests first, then the oldest waiting one takes the freed place";
 }
 
 TEST(Scheduler, RejectsRequestsThatCouldNeverRun) {
@@ -120,30 +258,66 @@ TEST(Scheduler, RejectsRequestsThatCouldNeverRun) {
     auto fits = make_request(4, 20, 12, 4);
     scheduler.add(*fits);
     const SchedulerOutput out = scheduler.schedule();
-    ASSERT_EQ(out.chunks.size(), 1u);
-    EXPECT_EQ(out.chunks[0].request, fits.get());
-    EXPECT_EQ(out.chunks[0].num_tokens, 20);
+    EXPECT_EQ(batch(out), "[request 4: 20 tokens]");
+}
+
+// Without chunked prefill every step must hold a request's whole prompt, and
+// after a preemption its whole recomputation (prompt and output so far): a
+// request whose longest recomputation exceeds the token budget could never be
+// scheduled, so add() refuses it, naming the flags that would let it run.
+TEST(Scheduler, WithoutChunkingRefusesARequestLongerThanTheTokenBudget) {
+    PagedKvCache pool(one_float_config(), 64, 4);
+    KvBlockManager kv(pool, false);
+    Scheduler scheduler(kv, {.max_num_batched_tokens = 64, .chunked_prefill = false}, 4096);
+    auto too_long = make_request(1, 178, 8, 4);
+    const std::string error = test::error_of([&] { scheduler.add(*too_long); });
+    EXPECT_NE(error.find("request 1"), std::string::npos) << error;
+    EXPECT_NE(error.find("--max-num-batched-tokens"), std::string::npos) << error;
+    EXPECT_EQ(scheduler.num_waiting(), 0);
+    auto fits = make_request(2, 60, 5, 4);  // recomputes at most 64 tokens
+    scheduler.add(*fits);
+    EXPECT_EQ(scheduler.num_waiting(), 1);
+    auto one_over = make_request(3, 60, 6, 4);  // could need 65
+    EXPECT_THROW(scheduler.add(*one_over), Error);
+    // With chunked prefill the same request is fine: its chunks fit any budget.
+    Scheduler chunking(kv, {.max_num_batched_tokens = 64}, 4096);
+    auto chunked = make_request(4, 178, 8, 4);
+    chunking.add(*chunked);
+    EXPECT_EQ(chunking.num_waiting(), 1);
+}
+
+// Steps `scheduler` until `done()` (at most 60 steps), pretending the model
+// ran; returns the ids of the requests preempted, in order.
+template <typename Done>
+std::vector<int64_t> run_until(Scheduler& scheduler, KvBlockManager& kv, Done done) {
+    std::vector<int64_t> preempted;
+    for (int step = 0; step < 60 && !done(); ++step) {
+        const SchedulerOutput out = scheduler.schedule();
+        for (int64_t id : ids(out.preempted)) preempted.push_back(id);
+        pretend_step(kv, out);
+    }
+    return preempted;
 }
 
 TEST(Scheduler, PreemptsTheNewestAndTheOldestKeepsGoing) {
     PagedKvCache pool(one_float_config(), 6, 4);  // 24 slots
     KvBlockManager kv(pool, false);
     Scheduler scheduler(kv, {.max_num_batched_tokens = 64}, 4096);
-    auto old_request = make_request(1, 8, 12, 4);  // up to 20 tokens
-    auto new_request = make_request(2, 8, 12, 4);
+    // FCFS ignores priorities: the newer request is the more urgent one here.
+    auto old_request = make_request(1, 8, 12, 4, /*priority=*/3);  // up to 20 tokens
+    auto new_request = make_request(2, 8, 12, 4, /*priority=*/0);
     scheduler.add(*old_request);
     scheduler.add(*new_request);
-    int64_t preemptions = 0;
-    for (int step = 0; step < 40 && old_request->num_generated() < 12; ++step) {
-        const SchedulerOutput out = scheduler.schedule();
-        for (const Request* r : out.preempted) {
-            EXPECT_EQ(r, new_request.get());
-            ++preemptions;
-        }
-        pretend_step(kv, out);
+    const std::vector<int64_t> preempted =
+        run_until(scheduler, kv, [&] { return old_request->num_generated() >= 12; });
+    ASSERT_FALSE(preempted.empty()) << "24 slots for two requests of up to 20 tokens: one of "
+                                       "them must be preempted";
+    for (int64_t id : preempted) {
+        EXPECT_EQ(id, 2) << "request " << id << " was preempted; preempted in order: "
+                         << id_list(preempted) << ". Under FCFS the newest running request (2) "
+                         << "goes, whatever the priorities, so the oldest always makes progress";
     }
     EXPECT_EQ(old_request->num_generated(), 12);
-    EXPECT_GT(preemptions, 0);
     EXPECT_EQ(new_request->status, RequestStatus::kWaiting);
 }
 
@@ -156,16 +330,88 @@ TEST(Scheduler, PriorityPolicyAdmitsTheUrgentFirstAndPreemptsTheLeastUrgent) {
     scheduler.add(*relaxed);
     scheduler.add(*urgent);
     SchedulerOutput out = scheduler.schedule();
-    ASSERT_EQ(out.chunks.size(), 2u);
-    EXPECT_EQ(out.chunks[0].request, urgent.get());
+    EXPECT_EQ(batch(out), "[request 2: 8 tokens, request 1: 8 tokens]")
+        << "the priority policy admits the most urgent (smallest priority) first";
     pretend_step(kv, out);
-    for (int step = 0; step < 40 && urgent->num_generated() < 12; ++step) {
-        out = scheduler.schedule();
-        for (const Request* r : out.preempted) EXPECT_EQ(r, relaxed.get());
-        pretend_step(kv, out);
+    const std::vector<int64_t> preempted =
+        run_until(scheduler, kv, [&] { return urgent->num_generated() >= 12; });
+    for (int64_t id : preempted) {
+        EXPECT_EQ(id, 1) << "preempted in order: " << id_list(preempted)
+                         << "; the least urgent (request 1, priority 5) goes first";
     }
     EXPECT_EQ(urgent->num_generated(), 12);
     EXPECT_GT(relaxed->num_preemptions, 0);
+}
+
+// The least urgent request goes even when it is the oldest: the priority
+// policy compares priorities, not ages. One step apart: 1 and 0.
+TEST(Scheduler, PriorityPolicyPreemptsTheLeastUrgentEvenWhenItIsTheOldest) {
+    PagedKvCache pool(one_float_config(), 6, 4);
+    KvBlockManager kv(pool, false);
+    Scheduler scheduler(kv, {.policy = SchedulingPolicy::kPriority}, 4096);
+    auto relaxed = make_request(1, 8, 12, 4, /*priority=*/1);
+    scheduler.add(*relaxed);
+    pretend_step(kv, scheduler.schedule());  // request 1 runs alone first
+    auto urgent = make_request(2, 8, 12, 4, /*priority=*/0);
+    scheduler.add(*urgent);
+    const std::vector<int64_t> preempted =
+        run_until(scheduler, kv, [&] { return urgent->num_generated() >= 12; });
+    ASSERT_FALSE(preempted.empty());
+    EXPECT_EQ(preempted.front(), 1)
+        << "request 1 (priority 1, the oldest) and request 2 (priority 0, newer) run; the pool "
+        << "is full. The least urgent goes, request 1, not the newest; preempted in order: "
+        << id_list(preempted);
+}
+
+// Among requests of equal priority the newest goes, as under FCFS.
+TEST(Scheduler, PriorityPolicyPreemptsTheNewestAmongEquals) {
+    PagedKvCache pool(one_float_config(), 8, 4);  // 32 slots for 3 x up to 16
+    KvBlockManager kv(pool, false);
+    Scheduler scheduler(kv, {.policy = SchedulingPolicy::kPriority}, 4096);
+    std::vector<std::unique_ptr<Request>> requests;
+    for (int64_t id = 1; id <= 3; ++id) {
+        requests.push_back(make_request(id, 4, 12, 4, /*priority=*/2));
+        scheduler.add(*requests.back());
+    }
+    const std::vector<int64_t> preempted =
+        run_until(scheduler, kv, [&] { return requests[0]->num_generated() >= 12; });
+    ASSERT_FALSE(preempted.empty());
+    EXPECT_EQ(preempted.front(), 3)
+        << "three requests of priority 2; the first preempted must be the newest (3); "
+        << "preempted in order: " << id_list(preempted);
+}
+
+// A preempted request goes back to the front of the waiting queue: it is
+// admitted again before requests that arrived after it (it is older).
+TEST(Scheduler, APreemptedRequestIsReadmittedBeforeLaterArrivals) {
+    PagedKvCache pool(one_float_config(), 6, 4);
+    KvBlockManager kv(pool, false);
+    Scheduler scheduler(kv, {.max_num_batched_tokens = 64, .max_num_seqs = 2}, 4096);
+    auto first = make_request(1, 8, 12, 4), second = make_request(2, 8, 12, 4);
+    auto later = make_request(3, 4, 2, 4);
+    scheduler.add(*first);
+    scheduler.add(*second);
+    scheduler.add(*later);  // waits: max_num_seqs = 2
+    bool preempted = false;
+    for (int step = 0; step < 80; ++step) {
+        if (first->num_generated() == 12 && first->status == RequestStatus::kRunning) {
+            scheduler.finish(*first);  // its blocks free up for the waiting ones
+        }
+        const SchedulerOutput out = scheduler.schedule();
+        for (const ScheduledChunk& c : out.chunks) {
+            const bool admitted = c.request->kv.num_computed_tokens == 0;
+            if (preempted && admitted && c.request->id != 1) {
+                ASSERT_EQ(c.request->id, 2)
+                    << "after request 2 was preempted, request " << c.request->id
+                    << " was admitted first: a preempted request goes back to the FRONT of the "
+                    << "waiting queue, ahead of request 3, which arrived after it";
+                return;
+            }
+        }
+        preempted = preempted || !out.preempted.empty();
+        pretend_step(kv, out);
+    }
+    FAIL() << "request 2 was never preempted and admitted again";
 }
 
 // ---- Continuous batching equals solo runs ------------------------------------
@@ -239,6 +485,12 @@ void run_sixty_four_requests(SchedulingPolicy policy) {
         const SchedulerOutput out = scheduler.schedule();
         ASSERT_FALSE(out.chunks.empty()) << "an idle step with requests waiting";
         preemptions += int64_t(out.preempted.size());
+        for (const Request* victim : out.preempted) {
+            ASSERT_EQ(victim->kv.table.blocks().size(), 0u)
+                << "request " << victim->id << " was preempted but still holds "
+                << victim->kv.table.blocks().size() << " KV blocks: preempting frees the "
+                << "victim's blocks (kv_.finish); it recomputes its tokens later";
+        }
         std::vector<SequenceChunk> chunks;
         for (const ScheduledChunk& c : out.chunks) {
             Request& r = *c.request;
@@ -267,13 +519,16 @@ void run_sixty_four_requests(SchedulingPolicy policy) {
         const std::vector<TokenId> generated(
             l.request->tokens.begin() + l.request->num_prompt_tokens, l.request->tokens.end());
         EXPECT_EQ(generated, l.solo_tokens)
-            << "request " << l.request->id << " (" << l.request->num_preemptions << " preemptions)";
+            << "request " << l.request->id << " (" << l.request->num_preemptions
+            << " preemptions) generated other tokens than it does alone";
     }
     EXPECT_GT(preemptions, 0) << "the pool was meant to force preemption";
     EXPECT_GT(partial_chunks, 0) << "no prompt was chunked";
     // Every block comes back: only the prefix cache still holds some.
     kv.clear_prefix_cache();
-    EXPECT_EQ(pool.allocator().num_free(), pool.num_blocks());
+    EXPECT_EQ(pool.allocator().num_free(), pool.num_blocks())
+        << pool.num_blocks() - pool.allocator().num_free()
+        << " blocks are still taken after every request finished";
 }
 
 TEST(ContinuousBatching, SixtyFourRequestsEqualTheirSoloRunsDespitePreemption) {

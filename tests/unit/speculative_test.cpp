@@ -12,6 +12,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <random>
 
 #include "reference/common/error.h"
@@ -33,7 +35,10 @@ TEST(VerifyGreedy, KeepsTheDraftsTheArgmaxAgreesWithThenCorrects) {
                                        /**/ 1, 1, 1, 9, /**/ 3, 2, 1, 0};
     const std::vector<TokenId> all_right = {2, 1, 3};
     EXPECT_EQ(verify_greedy(all_right, logits, vocab).num_accepted, 3);
-    EXPECT_EQ(verify_greedy(all_right, logits, vocab).next_token, 0);  // the bonus
+    const TokenId bonus = verify_greedy(all_right, logits, vocab).next_token;
+    EXPECT_EQ(bonus, 0) << "every draft matched: the bonus token is the argmax of row K (the row "
+                        << "after the last draft), 0"
+                        << (bonus == 3 ? "; 3 is the argmax of the last draft's row" : "");
     const std::vector<TokenId> second_wrong = {2, 0, 3};
     const Verification v = verify_greedy(second_wrong, logits, vocab);
     EXPECT_EQ(v.num_accepted, 1);
@@ -135,6 +140,61 @@ TEST_F(VerifyStochastic, TheTestCatchesACorrectionDrawnFromPInsteadOfTheResidual
     EXPECT_GT(worst, kChiSquareLimit);
 }
 
+// Verification with chosen uniform draws: each case fixes the random numbers
+// so that the rule itself, not the statistics, decides the outcome.
+std::function<double()> draws(std::vector<double> values) {
+    auto next = std::make_shared<size_t>(0);
+    return [values, next] { return values.at((*next)++); };
+}
+
+TEST(VerifyStochasticRules, ARejectionDrawsTheNextTokenFromTheResidual) {
+    // One draft, token 0: q(0) = 0.6 > p(0) = 0.1. The first draw 0.5 rejects it
+    // (0.5 * 0.6 >= 0.1); the residual max(0, p - q) is (0, 0.4, 0.1), and the
+    // second draw 0.75 picks token 1 from it (0.375 < 0.4) where p would give 2.
+    const std::vector<float> p = {0.1f, 0.6f, 0.3f, /* bonus row */ 0.3f, 0.3f, 0.4f};
+    const std::vector<float> q = {0.6f, 0.2f, 0.2f};
+    const std::vector<TokenId> draft = {0};
+    const Verification v = verify_stochastic(draft, p, q, 3, draws({0.5, 0.75}));
+    EXPECT_EQ(v.num_accepted, 0);
+    EXPECT_EQ(v.next_token, 1)
+        << (v.next_token == draw_from(std::span(p).first(3), 0.75)
+                ? "after the rejection the next token was drawn from p; it is drawn from the "
+                  "residual max(0, p - q), normalized, which p's part already covered by q lacks"
+                : "after the rejection the next token comes from the residual max(0, p - q)");
+}
+
+TEST(VerifyStochasticRules, ATokenTheTargetRulesOutIsNeverAccepted) {
+    // p(0) = 0: accepted with probability min(1, 0 / q) = 0, even when the
+    // uniform draw is exactly 0 (accept when u * q(d) < p(d), strictly).
+    const std::vector<float> p = {0.0f, 1.0f, /* bonus row */ 0.5f, 0.5f};
+    const std::vector<float> q = {1.0f, 0.0f};
+    const std::vector<TokenId> draft = {0};
+    const Verification v = verify_stochastic(draft, p, q, 2, draws({0.0, 0.0}));
+    EXPECT_EQ(v.num_accepted, 0) << "the target gives the drafted token probability 0: it must "
+                                    "never be accepted, not even when the draw is exactly 0";
+    EXPECT_EQ(v.next_token, 1);
+}
+
+TEST(VerifyStochasticRules, AnEmptyResidualFallsBackToTheTarget) {
+    // p <= q everywhere (p sums to 0.99 after rounding): the residual is all
+    // zero, and the next token comes from p itself: 0.9 * 0.99 = 0.891 > 0.49.
+    const std::vector<float> p = {0.49f, 0.5f, /* bonus row */ 0.5f, 0.5f};
+    const std::vector<float> q = {0.5f, 0.5f};
+    const std::vector<TokenId> draft = {0};
+    const Verification v = verify_stochastic(draft, p, q, 2, draws({0.99, 0.9}));
+    EXPECT_EQ(v.num_accepted, 0);
+    EXPECT_EQ(v.next_token, 1) << "after a rejection with p <= q everywhere, max(0, p - q) is all "
+                                  "zero: the next token is then drawn from p itself";
+}
+
+TEST(VerifyStochasticRules, ADraftTheDraftModelRuledOutIsAnError) {
+    const std::vector<float> p = {0.5f, 0.5f, 0.5f, 0.5f};
+    const std::vector<float> q = {0.0f, 1.0f};
+    const std::vector<TokenId> draft = {0};
+    EXPECT_THROW(verify_stochastic(draft, p, q, 2, draws({0.5, 0.5})), Error)
+        << "the draft gave its own token probability 0: q(d) > 0 is required (p / q)";
+}
+
 TEST(VerifyStochasticIdentity, AnIdenticalDraftIsAlwaysAccepted) {
     std::mt19937_64 rng(3);
     const int64_t vocab = 6, k = 4;
@@ -148,6 +208,20 @@ TEST(VerifyStochasticIdentity, AnIdenticalDraftIsAlwaysAccepted) {
         const std::vector<TokenId> draft = {0, 5, 2, 3};
         EXPECT_EQ(verify_stochastic(draft, p, q, vocab, uniform).num_accepted, k);
     }
+}
+
+// The two edges of the search: a suffix of length - 1 tokens has one earlier
+// place to occur (position 0), and the latest earlier occurrence may start
+// right before the suffix itself.
+TEST(NgramProposer, SearchesEveryPlaceAnEarlierOccurrenceFits) {
+    const std::vector<TokenId> constant = {4, 4, 4, 4};
+    EXPECT_EQ(propose_ngram(constant, 2, {.max_n = 3, .min_n = 3}), (std::vector<TokenId>{4}))
+        << "in 4 4 4 4 the 3-token suffix 4 4 4 also starts at position 0, so n = length - 1 = "
+        << "3 matches and 4 follows it; n runs from min(max_n, length - 1) down";
+    const std::vector<TokenId> overlapping = {7, 3, 3};
+    EXPECT_EQ(propose_ngram(overlapping, 1), (std::vector<TokenId>{3}))
+        << "in 7 3 3 the suffix 3 last occurred at position 1, right before the suffix: the "
+        << "search for an earlier occurrence starts at length - n - 1";
 }
 
 TEST(NgramProposer, ContinuesTheLatestRepeatOfTheLongestSuffix) {
@@ -176,7 +250,9 @@ TEST(BlockTableRollback, TruncateReleasesTheBlocksPastTheNewEnd) {
     ASSERT_EQ(allocator.num_free(), 13);
     table.truncate(5, allocator);
     EXPECT_EQ(table.num_tokens(), 5);
-    EXPECT_EQ(table.blocks().size(), 2u);
+    EXPECT_EQ(table.blocks().size(), 2u)
+        << "5 tokens in blocks of 4 need 2 blocks (the second holds token 4): truncate keeps "
+           "ceil(num_tokens / block_size) blocks";
     EXPECT_EQ(allocator.num_free(), 14);
     table.truncate(4, allocator);  // a block boundary: the second block goes too
     EXPECT_EQ(table.blocks().size(), 1u);

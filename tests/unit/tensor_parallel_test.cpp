@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -72,15 +73,24 @@ TEST(RingAllReduce, EveryRankEndsWithTheSumForAnyRankCountAndLength) {
                     magnitude[size_t(i)] += std::abs(buffer[size_t(i)]);
                 }
             }
+            const std::vector<std::vector<float>> inputs = buffers;
             run_thread_ranks(num_ranks, [&](Communicator& comm) {
                 comm.all_reduce_sum(buffers[size_t(comm.rank())]);
             });
             for (int r = 0; r < num_ranks; ++r) {
                 for (int64_t i = 0; i < length; ++i) {
+                    const bool unsummed = buffers[size_t(r)][size_t(i)] == inputs[size_t(r)][size_t(i)];
+                    const bool in_remainder = i >= length / num_ranks * num_ranks;
                     ASSERT_NEAR(buffers[size_t(r)][size_t(i)], expected[size_t(i)],
                                 1e-6 * magnitude[size_t(i)] + 1e-7)
                         << "rank " << r << " of " << num_ranks << ", element " << i << " of "
-                        << length << "; " << random.trace();
+                        << length << "; " << random.trace()
+                        << (unsummed && in_remainder
+                                ? ". It still holds this rank's own value: the last length % N "
+                                  "elements were never summed. The N chunks must cover every "
+                                  "element (ring_chunk gives sizes that differ by at most one); "
+                                  "chunks of length / N drop the remainder"
+                                : "");
                 }
                 // Each chunk is summed on one rank and copied to the others.
                 ASSERT_EQ(buffers[size_t(r)], buffers[0])
@@ -275,8 +285,15 @@ TEST(ParallelLinear, VocabParallelEmbeddingAndHeadGiveWholeRowsOnEveryRank) {
                                              embedded[size_t(r)].begin() + int64_t(t + 1) * dim);
                 const std::vector<float> expected(table.begin() + tokens[t] * dim,
                                                   table.begin() + (tokens[t] + 1) * dim);
-                ASSERT_EQ(row, expected) << "N = " << num_ranks << ", rank " << r << ", token "
-                                         << tokens[t] << "; " << random.trace();
+                const bool poisoned =
+                    std::any_of(row.begin(), row.end(), [](float v) { return std::isnan(v); });
+                ASSERT_EQ(row, expected)
+                    << "N = " << num_ranks << ", rank " << r << ", token " << tokens[t] << "; "
+                    << random.trace()
+                    << (poisoned ? ". The row is NaN, what the buffer held before the call: on "
+                                   "the ranks that do not hold a token its row must be zeros "
+                                   "before the all-reduce adds the ranks' rows"
+                                 : "");
             }
             EXPECT_LT(test::max_relative_error(logits[size_t(r)], whole_logits), 1e-5)
                 << "N = " << num_ranks << ", rank " << r << "; " << random.trace();
@@ -397,18 +414,31 @@ TEST(TensorParallelModel, LogitsEqualTheWholeModelsForEverySplit) {
         const auto expected = logits_of_steps(whole_runner, whole.config, prompt, next);
         for (int num_ranks : split.sizes) {
             std::vector<std::vector<std::vector<float>>> got(static_cast<size_t>(num_ranks));
+            std::vector<int64_t> reduce_calls(static_cast<size_t>(num_ranks));
             run_thread_ranks(num_ranks, [&](Communicator& comm) {
                 ModelShard shard =
                     model_shard_from_gguf(GgufFile::parse(bytes), num_ranks, comm.rank());
                 ModelRunner runner(shard.model.config, shard.model.weights, shard.shard, comm);
                 got[size_t(comm.rank())] =
                     logits_of_steps(runner, shard.model.config, prompt, next);
+                reduce_calls[size_t(comm.rank())] = comm.stats().all_reduce_calls;
             });
+            // 1 + 3 steps, each: the embedding and 2 per layer.
+            const int64_t needed = int64_t(1 + next.size()) * (2 * whole.config.num_layers + 1);
             for (int r = 0; r < num_ranks; ++r) {
                 for (size_t step = 0; step < expected.size(); ++step) {
-                    EXPECT_LT(test::max_relative_error(got[size_t(r)][step], expected[step]), 1e-4)
+                    const double error = test::max_relative_error(got[size_t(r)][step], expected[step]);
+                    EXPECT_LT(error, 1e-4)
                         << split.what << ", N = " << num_ranks << ", rank " << r << ", step "
-                        << step << "; " << random.trace();
+                        << step << "; " << random.trace()
+                        << (reduce_calls[size_t(r)] < needed
+                                ? fmt::format(". The ranks all-reduced {} times in 4 steps where "
+                                              "{} are needed (each step: the embedding, and each "
+                                              "layer's two row-parallel projections): a "
+                                              "row-parallel layer's partial sums must be summed "
+                                              "over the ranks",
+                                              reduce_calls[size_t(r)], needed)
+                                : "");
                 }
                 EXPECT_EQ(got[size_t(r)], got[0]) << "every rank gathers the same logits";
             }
@@ -514,6 +544,32 @@ TEST(TensorParallelModel, SmolLM2SplitThreeWaysMatchesTheWholeModel) {
 }
 
 // ---------------------------------------------------------------- the cost model
+
+// With one rank the head is whole: there is nothing to gather.
+TEST(TensorParallelCost, OneRankGathersNothing) {
+    RandomSource random;
+    ModelConfig config;
+    config.num_heads = 4;
+    config.num_kv_heads = 4;
+    config.ffn_dim = 16;
+    config.vocab_size = 50;
+    const int64_t dim = 8, rows = 3;
+    const std::vector<float> table = random.normal(size_t(config.vocab_size * dim));
+    const std::vector<float> x = random.normal(size_t(rows * dim));
+    std::vector<float> whole(size_t(rows * config.vocab_size));
+    matmul(x.data(), table.data(), whole.data(), rows, dim, config.vocab_size);
+    std::vector<float> logits(whole.size(), kNaN);
+    int64_t gathers = -1;
+    run_thread_ranks(1, [&](Communicator& comm) {
+        const TensorParallelShard shard = plan_shard(config, 1, 0);
+        const WeightMatrix head = WeightMatrix::from_floats(table, config.vocab_size, dim);
+        vocab_parallel_logits(x.data(), head, rows, shard, config.vocab_size, logits.data(), comm);
+        gathers = comm.stats().all_gather_calls;
+    });
+    EXPECT_LT(test::max_relative_error(logits, whole), 1e-5);
+    EXPECT_EQ(gathers, 0) << "with one rank the head is whole: vocab_parallel_logits has "
+                             "nothing to gather, yet it called all_gather";
+}
 
 TEST(TensorParallelCost, CollectivesMoveExactlyWhatTheFormulaSaysEveryStep) {
     RandomSource random;
