@@ -15,14 +15,15 @@ Grades one lab and writes a Gradescope-compatible results.json:
              (S R, R S, ...) on `bench`, with the manifest's OpenMP `threads`
              (default 1), and turn the ratio of one metric into points on a
              linear curve. A load probe (/proc/stat) leaves out rounds that
-             other programs disturbed; the ratio is the median of the
-             `repetitions` undisturbed rounds that agree best. When there are
-             not enough of them, the speed is "not graded: machine busy" and
-             scores 0 of 0 (see "throughput" below). A manifest whose throughput
-             names a "program" (a source file that labs/labs.cmake builds on the
-             student's engine as labNN_throughput) instead runs that program,
-             which times the student's kernel and a reference kernel itself, in one
-             process, and prints both: each run is one round, its ratio
+             other programs disturbed; the ratio cancels which run went first
+             and is measured until its standard error is 2 % or less. When
+             that cannot be had, the speed is "not graded: machine busy" and
+             scores 0 of 0 (the rules: the comment before `class BenchError`).
+             A manifest whose throughput names a "program" (a source file that
+             labs/labs.cmake builds on the student's engine as
+             labNN_throughput) instead runs that program, which times the
+             student's kernel and a reference kernel itself, in one process,
+             and prints both: each run is one round, its ratio
              metric / reference_metric.
   4. report  write results.json (always, even if the grader itself fails),
              print a scorecard and a last line `lab NN: S/M points`.
@@ -38,6 +39,11 @@ The lab's manifest, labs/labNN_<name>/manifest.json, says what to grade:
    (or, for a kernel: "throughput": {"name": ..., "points": 10,
                   "program": "tools/gemv_speed.cpp", "args": ["--trials", "7"],
                   "metric": "step4_gb_per_s", "reference_metric": "quant_matmul_gb_per_s", ...})
+
+A throughput case may also say "threads" (OMP_NUM_THREADS of the timed runs,
+default 1) and "cores" (how many cores a timed run keeps busy, default its
+threads; Lab 7's three rank threads: 3), which the load probe needs to know
+how much other work leaves a run undisturbed.
 
 A group's filter is a gtest-style pattern: `Suite.*`, `Suite.Test`, several
 joined by ':', optionally followed by '-' and patterns to leave out.
@@ -826,11 +832,6 @@ def throughput_points(ratio, spec):
     """Full points at ratio >= full_ratio, none below zero_ratio, linear in between."""
     fraction = (ratio - spec.zero_ratio) / (spec.full_ratio - spec.zero_ratio)
     return spec.points * min(1.0, max(0.0, fraction))
-
-
-def spread(values):
-    """(max - min) / median of some values: how much they disagree among themselves."""
-    return (max(values) - min(values)) / statistics.median(values) if values else 0.0
 
 
 def usable_cpus():

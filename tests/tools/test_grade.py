@@ -492,8 +492,8 @@ class TestJudge(unittest.TestCase):
 class TestBusyMachine(GraderTestCase):
     """A machine too busy to time: the speed is not graded, never graded wrong."""
 
-    def grade_busy(self, *flags):
-        self.fake_tests({"Norm.A": "pass"})
+    def grade_busy(self, *flags, outcome="pass"):
+        self.fake_tests({"Norm.A": outcome})
         self.fake_cli("reference", value=100.0)
         self.fake_cli("student", value=100.0)
         self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5}], throughput=THROUGHPUT)
@@ -518,13 +518,7 @@ class TestBusyMachine(GraderTestCase):
         self.assertEqual(code, 77)
 
     def test_skip_if_busy_still_fails_failing_tests(self):
-        self.fake_tests({"Norm.A": "fail"})
-        self.fake_cli("reference", value=100.0)
-        self.fake_cli("student", value=100.0)
-        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5}], throughput=THROUGHPUT)
-        busy = grade.Run([100.0], 1.0, 1.0, 1.95)
-        with mock.patch.object(grade, "timed_run", return_value=busy):
-            code, _, _, _ = self.grade("--min-score", "100", "--skip-if-busy")
+        code, _, _, _ = self.grade_busy("--min-score", "100", "--skip-if-busy", outcome="fail")
         self.assertEqual(code, 1)
 
 
