@@ -69,9 +69,11 @@ bench: build
 serve-report: build
 	@$(PYTHON) tools/serve_side_by_side.py $(ARGS)
 
-# servelab against llama.cpp in-process on the same GGUF and threads: batch-1
-# decode, 512-token prefill, 16-sequence decode, memory bandwidth (issue 11;
-# installs llama-cpp-python on first use). ARGS=... passes options through.
+# servelab at its defaults against llama.cpp's own llama-bench and
+# llama-batched-bench (built from the pinned llama-cpp-python sdist's source by
+# tools/build_peers.sh on first use, several minutes; cached in build/peers/):
+# batch-1 decode, 512-token prefill, 16-sequence decode, and the share of the
+# memory bandwidth decode streams, interleaved. ARGS=... passes options through.
 cpu-report: build
 	@$(PYTHON) tools/cpu_peer_report.py $(ARGS)
 

@@ -1,26 +1,27 @@
 #!/usr/bin/env python3
-"""cpu_peer_report.py — servelab against llama.cpp on the same GGUF, threads and machine.
+"""cpu_peer_report.py — servelab against llama.cpp's own benchmark tools, same GGUF, threads, machine.
 
-Issue 11 (CPU performance). One command (`make cpu-report`) measures, with
-the same thread count, prompt length and generation length:
+`make cpu-report`. The peer is what a llama.cpp user would run to measure
+speed: `llama-bench` and `llama-batched-bench`, built from the llama.cpp
+source vendored in the pinned llama-cpp-python sdist (tools/build_peers.sh,
+cached under build/peers/). servelab runs through `servelab bench --json` at
+its defaults (no --cpu-kernels flag: what every command gives a user), and
+also in exact mode (fp32 activations, the numpy oracle's numbers) as a
+secondary line.
 
-servelab runs in each --cpu-kernels mode (exact: fp32 activations, the
-numpy oracle's numbers; fast: int8 activations, as llama.cpp does).
+  decode-1      batch-1 decode tokens/s: llama-bench tg128 (128 tokens from
+                an empty cache) against servelab's 1-token prompt + 128 tokens
+  prefill-512   prompt tokens/s: llama-bench pp512 against a 512-token prompt
+  decode-16     aggregate decode tokens/s of 16 sequences, 16-token prompts,
+                128 tokens each: llama-batched-bench -npl 16 (S_TG) against
+                `servelab bench -n 16`
+  bandwidth     the 2-thread DRAM read rate (build/release/membw_probe) and
+                the share of it batch-1 decode streams as weights
 
-  decode-1     batch-1 decode tokens/s after a short prompt
-  prefill-512  prompt tokens/s for a 512-token prompt
-  decode-16    servelab: aggregate decode tokens/s of 16 sequences at once
-               (compared with its own batch-1 rate; llama.cpp's Python API
-               runs one sequence)
-  bandwidth    the machine's memory read bandwidth (build/release/membw_probe)
-               and the share of it batch-1 decode uses streaming weights
-
-llama.cpp runs in-process through llama-cpp-python (installed into .venv on
-first use; pip builds llama.cpp from source, several minutes), timed around
-llama_decode alone; servelab through `servelab bench --json`. Repetitions
-interleave the engines (A B, then B A), and each figure is the median over
-repetitions, so a slow patch of a shared machine hits both. Prints a table
-with each figure and servelab's ratio; --out writes every sample as JSON.
+Every repetition runs every measurement of both engines, alternating which
+goes first (A B, then B A), so a slow patch of a shared machine hits both;
+each figure is the median over repetitions. Prints every figure with its
+ratio and target; --out writes every sample as JSON.
 """
 from __future__ import annotations
 
@@ -28,71 +29,98 @@ import argparse
 import datetime
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
-
-from serve_side_by_side import ensure_llama_cpp_server
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = ROOT / "data/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+TARGETS = {"decode-1": 1.2, "prefill-512": 1.2, "decode-16": 1.2}
+BANDWIDTH_TARGET = 0.70
 
 
 def log(message: str) -> None:
     print(f"[cpu-report] {message}", file=sys.stderr, flush=True)
 
 
-class LlamaCpp:
-    """llama.cpp in this process: one context, timed around llama_decode."""
-
-    def __init__(self, model: Path, threads: int, context: int):
-        import llama_cpp
-        import numpy as np
-        self.np = np
-        self.llm = llama_cpp.Llama(str(model), n_ctx=context, n_batch=512, n_ubatch=512,
-                                   n_threads=threads, n_threads_batch=threads, verbose=False)
-        self.vocab = self.llm.n_vocab()
-        self.rng = np.random.default_rng(0)
-
-    def prompt(self, length: int) -> list[int]:
-        # Random ids, as servelab bench's prompt: the content does not change the work.
-        return [int(t) for t in self.rng.integers(100, self.vocab, size=length)]
-
-    def prefill_tokens_per_s(self, length: int) -> float:
-        tokens = self.prompt(length)
-        self.llm.reset()
-        start = time.perf_counter()
-        self.llm.eval(tokens)
-        return length / (time.perf_counter() - start)
-
-    def decode_tokens_per_s(self, prompt_length: int, gen_tokens: int) -> float:
-        self.llm.reset()
-        self.llm.eval(self.prompt(prompt_length))
-        token = int(self.np.argmax(self.llm.scores[self.llm.n_tokens - 1]))
-        elapsed = 0.0
-        for _ in range(gen_tokens - 1):
-            start = time.perf_counter()
-            self.llm.eval([token])
-            elapsed += time.perf_counter() - start
-            token = int(self.np.argmax(self.llm.scores[self.llm.n_tokens - 1]))
-        return (gen_tokens - 1) / elapsed
-
-
-def servelab_bench(args, *extra: str) -> dict:
-    command = [str(args.servelab_bin), "-q", "bench", "--model", str(args.model), "--threads",
-               str(args.threads), "--repeats", "1", "--json", *extra]
+def run_json(command: list[str], what: str) -> str:
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr.strip()}")
-    return json.loads(done.stdout)
+        tail = "\n".join(done.stderr.strip().splitlines()[-10:])
+        raise RuntimeError(f"{what} failed ({' '.join(command)}):\n{tail}")
+    return done.stdout
 
 
-def membw(args) -> float:
-    done = subprocess.run([str(args.membw_bin), "--threads", str(args.threads), "--mib", "1024",
-                           "--passes", "5"], capture_output=True, text=True, check=True)
-    return json.loads(done.stdout)["median_gb_per_s"]
+def ensure_peers() -> Path:
+    """Builds llama.cpp's tools on first use (several minutes); returns their folder."""
+    done = subprocess.run(["bash", str(ROOT / "tools/build_peers.sh"), "--print-dir"],
+                          stdout=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        sys.exit("cpu-report: building llama.cpp's tools failed (see the log above)")
+    return Path(done.stdout.strip())
+
+
+class LlamaCpp:
+    """llama.cpp's own benchmark programs."""
+
+    def __init__(self, bin_dir: Path, model: Path, threads: int):
+        self.bin_dir, self.model, self.threads = bin_dir, model, threads
+
+    def bench(self, prompt: int, gen: int) -> float:
+        out = run_json([str(self.bin_dir / "llama-bench"), "-m", str(self.model), "-t",
+                        str(self.threads), "-p", str(prompt), "-n", str(gen), "-r", "1",
+                        "-o", "json"], "llama-bench")
+        return float(json.loads(out)[0]["avg_ts"])
+
+    def decode_1(self, gen: int) -> float:
+        return self.bench(0, gen)
+
+    def prefill(self, prompt: int) -> float:
+        return self.bench(prompt, 0)
+
+    def decode_batched(self, prompt: int, gen: int, sequences: int) -> float:
+        context = sequences * (prompt + gen) + 256
+        out = run_json([str(self.bin_dir / "llama-batched-bench"), "-m", str(self.model), "-t",
+                        str(self.threads), "-c", str(context), "-npp", str(prompt), "-ntg",
+                        str(gen), "-npl", str(sequences), "--output-format", "jsonl"],
+                       "llama-batched-bench")
+        rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        return float(rows[-1]["speed_tg"])
+
+
+class Servelab:
+    """`servelab bench --json`; `mode` None = the defaults a user gets."""
+
+    def __init__(self, binary: Path, model: Path, threads: int, mode: str | None):
+        self.binary, self.model, self.threads, self.mode = binary, model, threads, mode
+        self.weight_bytes_per_token = None
+
+    def bench(self, *extra: str) -> dict:
+        command = [str(self.binary), "-q", "bench", "--model", str(self.model), "--threads",
+                   str(self.threads), "--repeats", "1", "--json", *extra]
+        if self.mode is not None:
+            command += ["--cpu-kernels", self.mode]
+        return json.loads(run_json(command, "servelab bench"))
+
+    def decode_1(self, gen: int) -> float:
+        result = self.bench("--prompt-tokens", "1", "--gen-tokens", str(gen))
+        self.weight_bytes_per_token = result.get("weight_bytes_per_token")
+        return result["decode_tokens_per_s"]
+
+    def prefill(self, prompt: int) -> float:
+        return self.bench("--prompt-tokens", str(prompt), "--gen-tokens", "1")["prefill_tokens_per_s"]
+
+    def decode_batched(self, prompt: int, gen: int, sequences: int) -> float:
+        return self.bench("--prompt-tokens", str(prompt), "--gen-tokens", str(gen), "-n",
+                          str(sequences))["decode_tokens_per_s"]
+
+
+def membw(binary: Path, threads: int) -> float:
+    out = run_json([str(binary), "--threads", str(threads), "--mib", "1024", "--passes", "5"],
+                   "membw_probe")
+    return json.loads(out)["median_gb_per_s"]
 
 
 def main() -> int:
@@ -101,91 +129,98 @@ def main() -> int:
     parser.add_argument("--servelab-bin", type=Path, default=ROOT / "build/release/servelab")
     parser.add_argument("--membw-bin", type=Path, default=ROOT / "build/release/membw_probe")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--repetitions", type=int, default=5)
-    parser.add_argument("--decode-prompt", type=int, default=16)
+    parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--gen-tokens", type=int, default=128)
     parser.add_argument("--prefill-tokens", type=int, default=512)
-    parser.add_argument("--batch", type=int, default=16, help="servelab's concurrent sequences")
+    parser.add_argument("--batch", type=int, default=16, help="concurrent sequences")
+    parser.add_argument("--batch-prompt", type=int, default=16, help="prompt tokens per sequence")
+    parser.add_argument("--no-exact", action="store_true",
+                        help="skip servelab's secondary exact-mode line")
     parser.add_argument("--out", type=Path, default=ROOT / "build/cpu_peer_report.json")
-    parser.add_argument("--cpu-kernels", nargs="+", default=["fast", "exact"],
-                        choices=["fast", "exact"], help="servelab's modes to measure")
     args = parser.parse_args()
     for path, what in [(args.model, "model (make model)"),
                        (args.servelab_bin, "servelab (make build)"),
                        (args.membw_bin, "membw_probe (make build)")]:
         if not path.is_file():
             parser.error(f"no {what} at {path}")
-    ensure_llama_cpp_server()  # the same pinned llama-cpp-python as make serve-report
-    import llama_cpp
+    peers = ensure_peers()
+    commit = (peers.parent / "commit").read_text().strip() if (peers.parent / "commit").exists() else "?"
+    flags = (peers.parent / "stamp").read_text().strip() if (peers.parent / "stamp").exists() else "?"
 
-    llama = LlamaCpp(args.model, args.threads, context=args.prefill_tokens + args.gen_tokens + 64)
+    engines: dict[str, object] = {
+        "llama.cpp": LlamaCpp(peers, args.model, args.threads),
+        "servelab": Servelab(args.servelab_bin, args.model, args.threads, None),
+    }
+    if not args.no_exact:
+        engines["servelab exact"] = Servelab(args.servelab_bin, args.model, args.threads, "exact")
+    figures = {
+        "decode-1": lambda e: e.decode_1(args.gen_tokens),
+        "prefill-512": lambda e: e.prefill(args.prefill_tokens),
+        "decode-16": lambda e: e.decode_batched(args.batch_prompt, args.gen_tokens, args.batch),
+    }
     samples: dict[str, list[float]] = {}
 
     def add(name: str, value: float) -> None:
         samples.setdefault(name, []).append(value)
 
-    weight_bytes_per_token = None
+    names = list(engines)
     for repetition in range(args.repetitions):
         log(f"repetition {repetition + 1}/{args.repetitions}")
-        engines = ["llama.cpp", "servelab"] if repetition % 2 == 0 else ["servelab", "llama.cpp"]
-        for engine in engines:
-            if engine == "llama.cpp":
-                add("llama.cpp decode-1", llama.decode_tokens_per_s(args.decode_prompt,
-                                                                    args.gen_tokens))
-                add("llama.cpp prefill", llama.prefill_tokens_per_s(args.prefill_tokens))
-                continue
-            for mode in args.cpu_kernels:
-                name = f"servelab {mode}"
-                decode = servelab_bench(args, "--cpu-kernels", mode, "--prompt-tokens",
-                                        str(args.decode_prompt), "--gen-tokens",
-                                        str(args.gen_tokens))
-                add(f"{name} decode-1", decode["decode_tokens_per_s"])
-                weight_bytes_per_token = decode.get("weight_bytes_per_token")
-                prefill = servelab_bench(args, "--cpu-kernels", mode, "--prompt-tokens",
-                                         str(args.prefill_tokens), "--gen-tokens", "2")
-                add(f"{name} prefill", prefill["prefill_tokens_per_s"])
-                batched = servelab_bench(args, "--cpu-kernels", mode, "--prompt-tokens",
-                                         str(args.decode_prompt), "--gen-tokens",
-                                         str(args.gen_tokens), "-n", str(args.batch))
-                add(f"{name} decode-{args.batch}", batched["decode_tokens_per_s"])
-        add("bandwidth GB/s", membw(args))
+        order = names if repetition % 2 == 0 else list(reversed(names))
+        for figure, measure in figures.items():
+            for name in order:
+                add(f"{name} {figure}", measure(engines[name]))
+        add("bandwidth GB/s", membw(args.membw_bin, args.threads))
 
     median = {name: statistics.median(values) for name, values in samples.items()}
     bandwidth = median["bandwidth GB/s"]
-    print(f"\n{args.model.name}, {args.threads} threads, median of {args.repetitions} "
-          f"interleaved repetitions; decode: {args.decode_prompt}-token prompt, "
-          f"{args.gen_tokens} tokens")
-    print(f"{'figure':<40} {'servelab':>10} {'llama.cpp':>10} {'ratio':>8}")
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    print(f"\n{args.model.name}, {args.threads} threads, {cpu}, {date}; median of "
+          f"{args.repetitions} interleaved repetitions")
+    print(f"llama.cpp {commit} (llama-cpp-python sdist), built by tools/build_peers.sh")
+    labels = {"decode-1": f"batch-1 decode tok/s (tg{args.gen_tokens})",
+              "prefill-512": f"prefill tok/s (pp{args.prefill_tokens})",
+              "decode-16": f"{args.batch}-sequence decode tok/s"}
+    print(f"{'figure':<34} {'llama.cpp':>10} {'servelab':>10} {'ratio':>7}  target"
+          + ("   exact  ratio" if not args.no_exact else ""))
+    ratios = {}
+    for figure, label in labels.items():
+        theirs = median[f"llama.cpp {figure}"]
+        ours = median[f"servelab {figure}"]
+        ratios[figure] = ours / theirs
+        verdict = "met" if ratios[figure] >= TARGETS[figure] else "MISSED"
+        line = (f"{label:<34} {theirs:>10.1f} {ours:>10.1f} {ratios[figure]:>6.2f}x  "
+                f">= {TARGETS[figure]}x {verdict}")
+        if not args.no_exact:
+            exact = median[f"servelab exact {figure}"]
+            line += f"  {exact:>7.1f} {exact / theirs:>5.2f}x"
+        print(line)
     shares = {}
-    for mode in args.cpu_kernels:
-        name = f"servelab {mode}"
-        rows = [
-            (f"[{mode}] batch-1 decode tokens/s", median[f"{name} decode-1"],
-             median["llama.cpp decode-1"], "target >= 1.2x"),
-            (f"[{mode}] {args.prefill_tokens}-token prefill tokens/s", median[f"{name} prefill"],
-             median["llama.cpp prefill"], "target >= 1.0x"),
-        ]
-        for label, ours, theirs, target in rows:
-            print(f"{label:<40} {ours:>10.1f} {theirs:>10.1f} {ours / theirs:>7.2f}x  {target}")
-        aggregate = median[f"{name} decode-{args.batch}"]
-        label = f"[{mode}] decode, {args.batch} sequences, tokens/s"
-        print(f"{label:<40} {aggregate:>10.1f} {'':>10} "
-              f"{aggregate / median[f'{name} decode-1']:>7.2f}x  (of its own batch-1; "
-              "target >= 4x)")
-        if weight_bytes_per_token:
-            streamed = weight_bytes_per_token * median[f"{name} decode-1"] / 1e9
-            shares[mode] = streamed / bandwidth
-            label = f"[{mode}] batch-1 weight stream GB/s"
-            print(f"{label:<40} {streamed:>10.2f}   = {shares[mode]:.0%} of the bandwidth "
-                  f"({weight_bytes_per_token / 1e6:.1f} MB of weights per token; target >= 70%)")
-    print(f"{'memory read bandwidth GB/s':<40} {bandwidth:>10.2f}   (membw_probe, "
-          f"{args.threads} threads)")
+    weight_bytes = engines["servelab"].weight_bytes_per_token
+    if weight_bytes:
+        for name in [n for n in names if n.startswith("servelab")]:
+            streamed = weight_bytes * median[f"{name} decode-1"] / 1e9
+            shares[name] = streamed / bandwidth
+        # llama.cpp streams about the same bytes per token (the same GGUF tensors).
+        shares["llama.cpp"] = weight_bytes * median["llama.cpp decode-1"] / 1e9 / bandwidth
+        verdict = "met" if shares["servelab"] >= BANDWIDTH_TARGET else "MISSED"
+        print(f"{'batch-1 weight stream / DRAM read':<34} {shares['llama.cpp']:>10.0%} "
+              f"{shares['servelab']:>10.0%} {'':>7}  >= {BANDWIDTH_TARGET:.0%} {verdict}"
+              + (f"  {shares['servelab exact']:>7.0%}" if "servelab exact" in shares else ""))
+        print(f"  ({weight_bytes / 1e6:.1f} MB of weights per token; memory read "
+              f"{bandwidth:.2f} GB/s, membw_probe, {args.threads} threads)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "model": str(args.model), "threads": args.threads, "repetitions": args.repetitions,
-        "llama_cpp_python": llama_cpp.__version__, "samples": samples, "median": median,
-        "weight_bytes_per_token": weight_bytes_per_token, "bandwidth_share": shares,
+        "date": date, "cpu": cpu, "model": str(args.model), "threads": args.threads,
+        "repetitions": args.repetitions, "llama_cpp_commit": commit, "llama_cpp_build": flags,
+        "samples": samples, "median": median, "ratios": ratios,
+        "weight_bytes_per_token": weight_bytes, "bandwidth_share": shares,
     }, indent=1))
     log(f"every sample: {args.out}")
     return 0

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/head_mapping.h"
 #include "kernels/cpu/softmax.h"
 #include "reference/common/error.h"
@@ -49,13 +50,16 @@ inline std::vector<std::vector<int64_t>> query_heads_by_kv_head(const AttentionS
     return readers;
 }
 
-// q_t, out_t: this token's (num_heads, head_dim) rows of q and out.
-// key_row(j), value_row(j): const float* to row j's head_dim numbers.
-// scores: scratch, resized here (heads.size() × visible_keys).
+// Whether this CPU runs attend_query_group's AVX-512 build (below).
+inline bool cpu_runs_avx512_attention() { return simd_level() == SimdLevel::kAvx512; }
+
+// The loops of attend_query_group, written once. They are plain loops; the
+// compiler vectorizes them to whatever the function they are inlined into is
+// compiled for, which is what the two builds below choose.
 template <typename KeyRow, typename ValueRow>
-void attend_query_group(const float* q_t, std::span<const int64_t> heads, int64_t head_dim,
-                        int64_t visible_keys, KeyRow key_row, ValueRow value_row, float* out_t,
-                        std::vector<float>& scores) {
+[[gnu::always_inline]] inline void attend_query_group_loops(
+    const float* q_t, std::span<const int64_t> heads, int64_t head_dim, int64_t visible_keys,
+    KeyRow key_row, ValueRow value_row, float* out_t, std::vector<float>& scores) {
     const float scale = 1.0f / std::sqrt(float(head_dim));
     scores.resize(heads.size() * size_t(visible_keys));
     for (int64_t j = 0; j < visible_keys; ++j) {
@@ -82,6 +86,32 @@ void attend_query_group(const float* q_t, std::span<const int64_t> heads, int64_
             for (int64_t d = 0; d < head_dim; ++d) out_th[d] += weight * v_j[d];
         }
     }
+}
+
+// The same loops compiled for AVX-512 (16 floats per instruction instead of
+// the baseline build's 4): 64-wide heads become 4 FMAs per key and head.
+template <typename KeyRow, typename ValueRow>
+__attribute__((target("avx2,fma,avx512f,avx512vl,avx512dq,avx512bw"))) void
+attend_query_group_avx512(const float* q_t, std::span<const int64_t> heads, int64_t head_dim,
+                          int64_t visible_keys, KeyRow key_row, ValueRow value_row, float* out_t,
+                          std::vector<float>& scores) {
+    attend_query_group_loops(q_t, heads, head_dim, visible_keys, key_row, value_row, out_t,
+                             scores);
+}
+
+// q_t, out_t: this token's (num_heads, head_dim) rows of q and out.
+// key_row(j), value_row(j): const float* to row j's head_dim numbers.
+// scores: scratch, resized here (heads.size() × visible_keys).
+template <typename KeyRow, typename ValueRow>
+void attend_query_group(const float* q_t, std::span<const int64_t> heads, int64_t head_dim,
+                        int64_t visible_keys, KeyRow key_row, ValueRow value_row, float* out_t,
+                        std::vector<float>& scores) {
+    if (cpu_runs_avx512_attention()) {
+        return attend_query_group_avx512(q_t, heads, head_dim, visible_keys, key_row, value_row,
+                                         out_t, scores);
+    }
+    attend_query_group_loops(q_t, heads, head_dim, visible_keys, key_row, value_row, out_t,
+                             scores);
 }
 
 }  // namespace servelab

@@ -15,7 +15,7 @@ namespace servelab {
 template <typename Body>
 void parallel_for(int64_t count, const Body& body) {
     std::exception_ptr first_error;
-#pragma omp parallel for schedule(static) if (count > 1)
+#pragma omp parallel for schedule(static, 1) if (count > 1)
     for (int64_t i = 0; i < count; ++i) {
         try {
             body(i);

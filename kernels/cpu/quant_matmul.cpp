@@ -20,6 +20,7 @@
 #define SERVELAB_X86 1
 #endif
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dequantize.h"
 #include "reference/common/error.h"
 
@@ -196,11 +197,7 @@ void row_avx2_tile(const uint8_t* row, int64_t num_blocks, const float* const* x
     }
 }
 
-bool cpu_has_avx2() {
-    static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                            __builtin_cpu_supports("f16c");
-    return has;
-}
+bool cpu_has_avx2() { return simd_level() >= SimdLevel::kAvx2; }
 #endif  // SERVELAB_X86
 
 // One row of W against a tile of up to kTile tokens, by the best kernel.

@@ -23,7 +23,10 @@ inline constexpr const char* kDefaultModelPath = "data/models/SmolLM2-135M-Instr
 struct ModelOptions {
     std::string path = kDefaultModelPath;
     int threads = 0;                    // 0 = OpenMP's default (all cores)
-    std::string cpu_kernels = "exact";  // MatmulMode: "exact" or "fast"
+    // MatmulMode: "fast" (every command's default: int8 activations, the
+    // repacked kernels) or "exact" (fp32 activations, the oracle's numbers).
+    // docs/perf.md has the figures that chose the default.
+    std::string cpu_kernels = "fast";
 
     MatmulMode matmul_mode() const;
 

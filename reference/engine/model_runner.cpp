@@ -192,7 +192,6 @@ void ModelRunner::share_rank0_tokens(StepResult& result) {
 std::span<const float> ModelRunner::run_layers(std::span<const SequenceChunk> chunks, KvTarget kv) {
     int64_t num_tokens = 0;
     for (const SequenceChunk& chunk : chunks) num_tokens += int64_t(chunk.step.tokens.size());
-    const int64_t dim = config_.dim;
     resize_buffers(num_tokens);
     num_tokens_computed_ += num_tokens;
 
@@ -258,10 +257,17 @@ void ModelRunner::attention_block(int64_t layer_index, std::span<const SequenceC
     const int64_t dim = config_.dim;
     rmsnorm_rows(x_.data(), layer.attn_norm.data(), normed_.data(), num_tokens, dim,
                  config_.rms_norm_eps);
-    // Column-parallel: this rank's heads (all of them when not split).
-    column_parallel_linear(normed_.data(), layer.wq, q_.data(), num_tokens);
-    column_parallel_linear(normed_.data(), layer.wk, k_.data(), num_tokens);
-    column_parallel_linear(normed_.data(), layer.wv, v_.data(), num_tokens);
+    // Column-parallel: this rank's heads (all of them when not split). A
+    // whole model runs the three as one pass over the normed activations.
+    if (shard_.num_ranks == 1) {
+        const WeightMatrix* qkv[] = {&layer.wq, &layer.wk, &layer.wv};
+        float* outputs[] = {q_.data(), k_.data(), v_.data()};
+        multiply_same_input(qkv, normed_.data(), outputs, num_tokens);
+    } else {
+        column_parallel_linear(normed_.data(), layer.wq, q_.data(), num_tokens);
+        column_parallel_linear(normed_.data(), layer.wk, k_.data(), num_tokens);
+        column_parallel_linear(normed_.data(), layer.wv, v_.data(), num_tokens);
+    }
 
     const RopeParams rope{config_.head_dim, config_.rope_dim, config_.rope_freq_base};
     rope_apply_rows(q_.data(), positions_.data(), num_tokens, config_.num_heads, rope);
@@ -369,8 +375,14 @@ void ModelRunner::mlp_block(const LayerWeights& layer, int64_t num_tokens) {
                  config_.rms_norm_eps);
     // gate and up column-parallel over this rank's ffn features; SwiGLU is
     // element-wise, so it needs no other rank's; down row-parallel.
-    column_parallel_linear(normed_.data(), layer.w_gate, gate_.data(), num_tokens);
-    column_parallel_linear(normed_.data(), layer.w_up, up_.data(), num_tokens);
+    if (shard_.num_ranks == 1) {  // one pass over the normed activations, as for Q, K, V
+        const WeightMatrix* gate_up[] = {&layer.w_gate, &layer.w_up};
+        float* outputs[] = {gate_.data(), up_.data()};
+        multiply_same_input(gate_up, normed_.data(), outputs, num_tokens);
+    } else {
+        column_parallel_linear(normed_.data(), layer.w_gate, gate_.data(), num_tokens);
+        column_parallel_linear(normed_.data(), layer.w_up, up_.data(), num_tokens);
+    }
     swiglu(gate_.data(), up_.data(), gate_.data(), num_tokens * ffn_dim);
     row_parallel_linear(gate_.data(), layer.w_down, delta_.data(), num_tokens, comm());
     add_inplace(x_.data(), delta_.data(), num_tokens * dim);

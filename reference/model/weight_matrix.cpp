@@ -3,11 +3,14 @@
 
 #include <fmt/format.h>
 
+#include <omp.h>
+
 #include <algorithm>
 
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_matmul_fast.h"
+#include "kernels/cpu/quant_matmul_repacked.h"
 #include "reference/common/error.h"
 
 namespace servelab {
@@ -47,6 +50,17 @@ int64_t WeightMatrix::bytes() const {
                                    : int64_t(blocks_.size());
 }
 
+void WeightMatrix::set_mode(MatmulMode mode) {
+    mode_ = mode;
+    const bool repack = mode == MatmulMode::kFast && type_ != GgmlType::kF32 &&
+                        can_repack(type_, rows_, cols_) && cpu_runs_repacked();
+    if (!repack) {
+        repacked_ = {};
+    } else if (repacked_.empty()) {
+        repacked_ = repack_rows({type_, blocks_.data(), rows_, cols_, row_size_bytes(type_, cols_)});
+    }
+}
+
 void WeightMatrix::multiply(const float* x, float* y, int64_t num_tokens) const {
     if (type_ == GgmlType::kF32) {
         matmul(x, values_.data(), y, num_tokens, cols_, rows_);
@@ -59,10 +73,55 @@ void WeightMatrix::multiply(const float* x, float* y, int64_t num_tokens) const 
         // allocates nothing here.
         thread_local QuantizedActivations activations;
         quantize_activations(x, num_tokens, cols_, activations);
-        quant_matmul_fast(activations, view, y);
+        if (is_repacked()) {
+            quant_matmul_repacked(activations, {type_, repacked_.data(), rows_, cols_}, y);
+        } else {
+            quant_matmul_fast(activations, view, y);
+        }
         return;
     }
     quant_matmul(x, view, y, num_tokens);
+}
+
+void multiply_same_input(std::span<const WeightMatrix* const> matrices, const float* x,
+                         std::span<float* const> ys, int64_t num_tokens) {
+    if (matrices.size() != ys.size()) {
+        throw Error("multiply_same_input: one output per matrix");
+    }
+    bool fused = !matrices.empty();
+    for (const WeightMatrix* m : matrices) {
+        fused = fused && m->mode() == MatmulMode::kFast && m->is_repacked() &&
+                m->cols() == matrices[0]->cols();
+    }
+    if (!fused) {
+        for (size_t i = 0; i < matrices.size(); ++i) matrices[i]->multiply(x, ys[i], num_tokens);
+        return;
+    }
+    // This thread's buffer; the workers read it through this reference (a
+    // thread_local named inside the region would be each worker's own).
+    thread_local QuantizedActivations activations_scratch;
+    const QuantizedActivations& activations = activations_scratch;
+    quantize_activations(x, num_tokens, matrices[0]->cols(), activations_scratch);
+    int64_t total_groups = 0;
+    for (const WeightMatrix* m : matrices) total_groups += m->rows() / kRepackRows;
+#pragma omp parallel
+    {
+        const int64_t threads = omp_get_num_threads(), me = omp_get_thread_num();
+        const int64_t first = total_groups * me / threads;
+        const int64_t last = total_groups * (me + 1) / threads;
+        int64_t matrix_first = 0;  // where matrix i's groups start in the concatenation
+        for (size_t i = 0; i < matrices.size(); ++i) {
+            const int64_t groups = matrices[i]->rows() / kRepackRows;
+            const int64_t lo = std::max(first, matrix_first);
+            const int64_t hi = std::min(last, matrix_first + groups);
+            if (lo < hi) {
+                quant_matmul_repacked_rows(activations, matrices[i]->repacked(), ys[i],
+                                           (lo - matrix_first) * kRepackRows,
+                                           (hi - matrix_first) * kRepackRows);
+            }
+            matrix_first += groups;
+        }
+    }
 }
 
 void WeightMatrix::rows_as_floats(int64_t first, int64_t count, float* out) const {

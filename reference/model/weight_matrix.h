@@ -11,9 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernels/cpu/quant_matmul.h"
+#include "kernels/cpu/quant_matmul_repacked.h"
 #include "reference/model/gguf_types.h"
 
 namespace servelab {
@@ -43,7 +45,14 @@ class WeightMatrix {
     int64_t bytes() const;
 
     MatmulMode mode() const { return mode_; }
-    void set_mode(MatmulMode mode) { mode_ = mode; }
+    // kFast also repacks the blocks for the repacked kernel where the CPU
+    // and the shape allow (kernels/cpu/quant_matmul_repacked.h); the GGUF
+    // bytes stay, for exact mode, embedding lookups and the kernels lab.
+    void set_mode(MatmulMode mode);
+    // Whether fast mode streams the repacked copy.
+    bool is_repacked() const { return !repacked_.empty(); }
+    // The repacked copy (is_repacked() only).
+    RepackedMatrix repacked() const { return {type_, repacked_.data(), rows_, cols_}; }
 
     // y (num_tokens, rows) = x (num_tokens, cols) · Wᵀ, by mode().
     void multiply(const float* x, float* y, int64_t num_tokens) const;
@@ -62,6 +71,17 @@ class WeightMatrix {
     int64_t cols_ = 0;
     std::vector<float> values_;    // when type_ == kF32
     std::vector<uint8_t> blocks_;  // otherwise
+    std::vector<uint8_t> repacked_;  // kFast, where it applies: blocks_ 16 rows side by side
 };
+
+// y_i (num_tokens, rows_i) = x · W_iᵀ for matrices that read the same x:
+// Q, K and V of a layer, or its gate and up. When every matrix streams a
+// repacked copy (fast mode), x is quantized once and one parallel region
+// covers all their rows, each thread taking one contiguous run of the
+// matrices' groups laid end to end: one fork/join and one quantization
+// instead of one per matrix. Otherwise each matrix multiplies on its own,
+// which gives the same numbers.
+void multiply_same_input(std::span<const WeightMatrix* const> matrices, const float* x,
+                         std::span<float* const> ys, int64_t num_tokens);
 
 }  // namespace servelab

@@ -101,7 +101,9 @@ def servelab_logits(servelab: str, model: str, tokens: list[int], vocab: int,
     """Run `servelab logits` and read its raw float32 [n_tokens x vocab] output."""
     out = workdir / "logits.f32"
     out.unlink(missing_ok=True)
-    run([servelab, "logits", "--model", model,
+    # Exact mode: fp32 activations, the numbers the oracle computes (the
+    # commands' default, fast mode, rounds the activations to int8).
+    run([servelab, "logits", "--model", model, "--cpu-kernels", "exact",
          "--tokens", ",".join(map(str, tokens)), "--out", str(out)])
     data = np.fromfile(out, dtype="<f4")
     expected = len(tokens) * vocab

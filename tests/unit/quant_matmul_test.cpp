@@ -16,6 +16,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_matmul.h"
 #include "kernels/cpu/quant_matmul_fast.h"
+#include "kernels/cpu/quant_matmul_repacked.h"
 #include "tests/unit/test_util.h"
 
 namespace servelab {
@@ -177,6 +178,71 @@ INSTANTIATE_TEST_SUITE_P(FastFormats, QuantMatmulFastTest,
                          [](const auto& info) {
                              return std::string(ggml_type_traits(info.param).name);
                          });
+
+// The repacked layout (16 rows side by side) must give the same sums as
+// the GGUF-layout fast kernel: exactly the product with the quantized
+// activations, to float rounding. Both the SIMD kernel (when this CPU has
+// AVX-512 VNNI) and the plain loops over the same bytes are checked, for
+// token counts that use every tile (8, 4, 2, 1) and leave remainders, and a
+// row range leaves the rows outside it untouched.
+TEST_P(QuantMatmulFastTest, RepackedLayoutGivesTheSameSums) {
+    SCOPED_TRACE(random_.trace());
+    const GgmlType type = GetParam();
+    for (const int64_t num_tokens : {1, 2, 3, 7, 8, 13}) {
+        const int64_t rows = 16 * random_.integer(1, 4), cols = 32 * random_.integer(1, 20);
+        ASSERT_TRUE(can_repack(type, rows, cols));
+        const std::vector<uint8_t> bytes = random_matrix(random_, type, rows, cols);
+        const QuantMatrix w{type, bytes.data(), rows, cols, row_size_bytes(type, cols)};
+        const std::vector<uint8_t> repacked = repack_rows(w);
+        ASSERT_EQ(repacked.size(), bytes.size()) << "repacking must not change the bytes per weight";
+        const RepackedMatrix packed{type, repacked.data(), rows, cols};
+        const std::vector<float> x = random_.normal(size_t(num_tokens * cols));
+        QuantizedActivations xq;
+        quantize_activations(x.data(), num_tokens, cols, xq);
+        const float poison = std::numeric_limits<float>::quiet_NaN();
+        std::vector<float> want(size_t(num_tokens * rows), poison);
+        quant_matmul_fast(xq, w, want.data(), QuantKernels::kPortable);
+        double scale = 0;
+        for (float v : want) scale = std::max(scale, double(std::abs(v)));
+        const double tolerance = 1e-5 * std::max(scale, 1.0) * std::sqrt(double(cols));
+        for (const bool portable : {false, true}) {
+            if (!portable && !cpu_runs_repacked()) continue;
+            std::vector<float> got(want.size(), poison);
+            if (portable) {
+                quant_matmul_repacked_rows(xq, packed, got.data(), 0, rows, true);
+            } else {
+                quant_matmul_repacked(xq, packed, got.data());
+            }
+            for (size_t i = 0; i < want.size(); ++i) {
+                ASSERT_NEAR(got[i], want[i], tolerance)
+                    << (portable ? "plain loops" : "AVX-512") << ", tokens " << num_tokens
+                    << ", output " << i;
+            }
+            // Only the second group: the rest stays poisoned.
+            if (rows < 32) continue;
+            std::fill(got.begin(), got.end(), poison);
+            quant_matmul_repacked_rows(xq, packed, got.data(), 16, 32, portable);
+            for (int64_t t = 0; t < num_tokens; ++t) {
+                for (int64_t r = 0; r < rows; ++r) {
+                    const float v = got[size_t(t * rows + r)];
+                    if (r >= 16 && r < 32) {
+                        ASSERT_NEAR(v, want[size_t(t * rows + r)], tolerance);
+                    } else {
+                        ASSERT_TRUE(std::isnan(v)) << "row " << r << " is outside the range";
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST(QuantMatmul, RepackRefusesRowsThatAreNotWholeGroups) {
+    std::vector<uint8_t> bytes(size_t(20 * row_size_bytes(GgmlType::kQ4_1, 64)));
+    const QuantMatrix w{GgmlType::kQ4_1, bytes.data(), 20, 64, row_size_bytes(GgmlType::kQ4_1, 64)};
+    EXPECT_FALSE(can_repack(GgmlType::kQ4_1, 20, 64));
+    EXPECT_FALSE(can_repack(GgmlType::kQ4_K, 16, 256));
+    EXPECT_NE(test::error_of([&] { repack_rows(w); }).find("16 at a time"), std::string::npos);
+}
 
 TEST(QuantMatmul, RefusesARowThatIsNotWholeBlocks) {
     std::vector<uint8_t> bytes(64);
