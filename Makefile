@@ -71,7 +71,7 @@ serve-report: build
 
 # servelab at its defaults against llama.cpp's own llama-bench and
 # llama-batched-bench (built from the pinned llama-cpp-python sdist's source by
-# tools/build_peers.sh on first use, several minutes; cached in build/peers/):
+# tools/build_peers.sh on first use, 10 minutes or more on 2 cores; cached in build/peers/):
 # batch-1 decode, 512-token prefill, 16-sequence decode, and the share of the
 # memory bandwidth decode streams, interleaved. ARGS=... passes options through.
 cpu-report: build

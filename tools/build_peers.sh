@@ -65,7 +65,7 @@ if ! all_built; then
         rm -rf "$PEERS/src" && mkdir -p "$PEERS/src"
         tar xzf "$SDIST" -C "$PEERS/src"
     fi
-    log "building ${TOOLS[*]} from its vendor/llama.cpp with $JOBS jobs (several minutes on 2 cores)"
+    log "building ${TOOLS[*]} from its vendor/llama.cpp with $JOBS jobs (10 minutes or more on 2 cores)"
     log "flags: ${CMAKE_FLAGS[*]}"
     cmake -S "$SRC/vendor/llama.cpp" -B "$PEERS/cmake" "${CMAKE_FLAGS[@]}" >"$PEERS/configure.log" 2>&1 ||
         { tail -20 "$PEERS/configure.log" >&2; log "configure failed (full log: $PEERS/configure.log)"; exit 1; }

@@ -214,8 +214,10 @@ std::vector<uint8_t> repack_rows(const QuantMatrix& w) {
     const int64_t block_bytes = ggml_type_traits(w.type).block_bytes;
     const int64_t num_blocks = w.cols / kBlock;
     std::vector<uint8_t> out(size_t(w.rows / kRows * num_blocks * layout.bytes));
-    uint8_t codes[kBlock];
+    // Groups are independent: a load-time pass over every weight, so both cores.
+#pragma omp parallel for schedule(static)
     for (int64_t g = 0; g < w.rows / kRows; ++g) {
+        uint8_t codes[kBlock];
         for (int64_t b = 0; b < num_blocks; ++b) {
             uint8_t* gb = out.data() + (g * num_blocks + b) * layout.bytes;
             uint8_t* chunks = gb + layout.codes_at;

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "kernels/cpu/quant_matmul_repacked.h"
 #include "reference/kv/kv_block_manager.h"
 #include "reference/sampling/sampler.h"
 #include "tests/unit/engine_test_util.h"
@@ -49,6 +50,11 @@ TEST_P(DecodeAllocations, SteadyDecodeStepsAllocateOnlyTheirResult) {
     load_tiny_model(
         {.num_heads = 4, .num_kv_heads = 2, .context_length = 256, .weight_type = weight_type});
     model_->weights.set_matmul_mode(mode);
+    if (mode == MatmulMode::kFast && cpu_runs_repacked()) {
+        // The fast cases must cover the repacked kernels and the fused Q/K/V pass.
+        ASSERT_TRUE(model_->weights.layers[0].wq.is_repacked());
+        ASSERT_TRUE(model_->weights.layers[0].wk.is_repacked());
+    }
     PagedKvCache pool(model_->config, 256, 16);
     KvBlockManager kv(pool, false);
     SamplingParams params;
