@@ -34,6 +34,13 @@ MatmulMode ModelOptions::matmul_mode() const {
 }
 
 Model ModelOptions::load() const {
+    // Far more threads than the machine has only time-slice each other: a
+    // typo (10000 for 100) would start thousands and make no progress.
+    const int hardware_threads = std::max(1, omp_get_num_procs());
+    if (threads > kMaxThreadsPerHardwareThread * hardware_threads) {
+        throw Error(fmt::format("--threads {} is more than {}x this machine's {} hardware threads",
+                                threads, kMaxThreadsPerHardwareThread, hardware_threads));
+    }
     if (threads > 0) omp_set_num_threads(threads);
     const auto start = std::chrono::steady_clock::now();
     Model model = Model::load(path);

@@ -20,6 +20,9 @@ namespace servelab::cli {
 
 inline constexpr const char* kDefaultModelPath = "data/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
+// --threads above this multiple of the hardware threads is refused.
+inline constexpr int kMaxThreadsPerHardwareThread = 4;
+
 struct ModelOptions {
     std::string path = kDefaultModelPath;
     int threads = 0;                    // 0 = OpenMP's default (all cores)

@@ -442,7 +442,10 @@ struct GgufFile::Mapping {
     }
 
     static std::unique_ptr<Mapping> map_file(const std::string& path) {
-        const FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+        // writer forever, before the regular-file check below could refuse it
+        // (it changes nothing for a regular file, which mmap reads).
+        const FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
         if (fd.get() < 0) {
             throw Error("cannot open model file '" + path + "': " + std::strerror(errno));
         }

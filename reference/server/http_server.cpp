@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <thread>
 
@@ -52,6 +54,15 @@ OpenAiServer::OpenAiServer(const Model& model, EngineLoop& loop, ServerOptions o
     limits_.context_length = model.config.context_length;
     limits_.vocab_size = model.config.vocab_size;
     http_->set_payload_max_length(size_t(options_.max_body_bytes));
+    // Bind exclusively. httplib's default options add SO_REUSEPORT, which
+    // lets a second server bind the same port and the kernel split the
+    // connections between the two, silently. SO_REUSEADDR alone still lets a
+    // restarted server bind while the old one's connections sit in TIME_WAIT,
+    // but not while another socket listens there.
+    http_->set_socket_options([](socket_t sock) {
+        int yes = 1;
+        setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
     const int threads = options_.num_http_threads;
     http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
 

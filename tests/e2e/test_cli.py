@@ -20,9 +20,9 @@ FAILURES = []
 TRACES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "traces")
 
 
-def run(servelab, *args, stdin=""):
+def run(servelab, *args, stdin="", timeout=300):
     result = subprocess.run([servelab, "-q", *args], input=stdin, capture_output=True,
-                            text=True, timeout=300)
+                            text=True, timeout=timeout)
     return result.returncode, result.stdout, result.stderr
 
 
@@ -32,8 +32,12 @@ def check(name, condition, detail=""):
         FAILURES.append(name)
 
 
-def expect_error(servelab, name, args, exit_code, needle, stdin=""):
-    code, out, err = run(servelab, *args, stdin=stdin)
+def expect_error(servelab, name, args, exit_code, needle, stdin="", timeout=300):
+    try:
+        code, out, err = run(servelab, *args, stdin=stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        check(f"{name}: exits within {timeout} s", False, "it hung")
+        return
     lines = [line for line in err.splitlines() if line.strip()]
     check(f"{name}: exit {exit_code}", code == exit_code, f"got {code}, stderr {err!r}")
     check(f"{name}: one line on stderr", len(lines) == 1, repr(err))
@@ -99,6 +103,13 @@ def test_tiny(servelab, workdir):
     expect_error(servelab, "missing model file", ["generate", "-m", os.path.join(workdir, "none.gguf"),
                                                   "-p", "x"], 1, "cannot open model file")
     expect_error(servelab, "not a GGUF file", ["generate", "-m", garbage, "-p", "x"], 1, "bad magic")
+    # A FIFO would block the open until a writer came; it must be refused at once.
+    fifo = os.path.join(workdir, "model.fifo")
+    os.mkfifo(fifo)
+    expect_error(servelab, "a FIFO as the model", ["generate", "-m", fifo, "-p", "x"], 1,
+                 "not a regular file", timeout=20)
+    expect_error(servelab, "absurd --threads", ["generate", "-m", tiny, "-p", "x", "--threads",
+                                                "10000"], 1, "--threads")
     expect_error(servelab, "truncated GGUF file", ["info", "-m", truncated], 1, "truncated")
     expect_error(servelab, "negative temperature", ["generate", "-m", tiny, "-p", "x",
                                                     "--temperature", "-1"], 1, "temperature must be >= 0")

@@ -186,6 +186,25 @@ def check_disconnect(server):
     sys.exit("the disconnected client's request was not cancelled")
 
 
+def check_port_taken(server, servelab, model):
+    """A second server on a port that is in use fails at start, with one line, instead of
+    sharing the port (SO_REUSEPORT would let the kernel split connections between them)."""
+    second = subprocess.Popen([servelab, "serve", "--model", model, "--port", str(server.port),
+                               "--kv-memory", "64MiB"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True,
+                              env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        _, stderr = second.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        second.kill()
+        second.communicate()
+        sys.exit("a second server bound a port in use and kept running (SO_REUSEPORT?)")
+    assert second.returncode != 0, ("a second server bound a port in use", stderr[-500:])
+    assert "cannot listen" in stderr, stderr[-500:]
+    urllib.request.urlopen(server.url + "/health", timeout=5)  # the first one still serves
+    print("  port in use: the second server refused at start: ok")
+
+
 def check_fuzz(server, rounds=300):
     rng = random.Random(11)
     bodies = [b"", b"{", b"[]", b"null", b'{"model": 1}', b'{"model": "tiny", "prompt": {}}',
@@ -248,6 +267,7 @@ def main():
             check_concurrent(server, args.servelab, model)
             check_bench_serve(server, args.servelab)
             check_disconnect(server)
+            check_port_taken(server, args.servelab, model)
             check_fuzz(server)
         finally:
             server.stop()
