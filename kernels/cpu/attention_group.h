@@ -51,7 +51,9 @@ inline std::vector<std::vector<int64_t>> query_heads_by_kv_head(const AttentionS
 }
 
 // Whether this CPU runs attend_query_group's AVX-512 build (below).
-inline bool cpu_runs_avx512_attention() { return simd_level() == SimdLevel::kAvx512; }
+inline bool cpu_runs_avx512_attention() {
+    return simd_level() == SimdLevel::kAvx512;
+}
 
 // The loops of attend_query_group, written once. They are plain loops; the
 // compiler vectorizes them to whatever the function they are inlined into is
@@ -95,8 +97,7 @@ __attribute__((target("avx2,fma,avx512f,avx512vl,avx512dq,avx512bw"))) void
 attend_query_group_avx512(const float* q_t, std::span<const int64_t> heads, int64_t head_dim,
                           int64_t visible_keys, KeyRow key_row, ValueRow value_row, float* out_t,
                           std::vector<float>& scores) {
-    attend_query_group_loops(q_t, heads, head_dim, visible_keys, key_row, value_row, out_t,
-                             scores);
+    attend_query_group_loops(q_t, heads, head_dim, visible_keys, key_row, value_row, out_t, scores);
 }
 
 // q_t, out_t: this token's (num_heads, head_dim) rows of q and out.
@@ -110,8 +111,7 @@ void attend_query_group(const float* q_t, std::span<const int64_t> heads, int64_
         return attend_query_group_avx512(q_t, heads, head_dim, visible_keys, key_row, value_row,
                                          out_t, scores);
     }
-    attend_query_group_loops(q_t, heads, head_dim, visible_keys, key_row, value_row, out_t,
-                             scores);
+    attend_query_group_loops(q_t, heads, head_dim, visible_keys, key_row, value_row, out_t, scores);
 }
 
 }  // namespace servelab

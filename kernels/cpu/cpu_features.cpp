@@ -1,9 +1,9 @@
 // cpu_features.cpp — see cpu_features.h.
 #include "kernels/cpu/cpu_features.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cstdio>
 
 namespace servelab {
 namespace {
@@ -33,8 +33,10 @@ SimdLevel capped_level() {
     } else if (std::strcmp(cap, "avx512") == 0) {
         wanted = SimdLevel::kAvx512;
     } else {
-        std::fprintf(stderr, "servelab: SERVELAB_SIMD_LEVEL=%s is not portable, avx2 or avx512; "
-                             "using the CPU's best\n", cap);
+        std::fprintf(stderr,
+                     "servelab: SERVELAB_SIMD_LEVEL=%s is not portable, avx2 or avx512; "
+                     "using the CPU's best\n",
+                     cap);
     }
     return int(wanted) < int(best) ? wanted : best;  // a cap, never more than the CPU has
 }

@@ -197,7 +197,9 @@ void row_avx2_tile(const uint8_t* row, int64_t num_blocks, const float* const* x
     }
 }
 
-bool cpu_has_avx2() { return simd_level() >= SimdLevel::kAvx2; }
+bool cpu_has_avx2() {
+    return simd_level() >= SimdLevel::kAvx2;
+}
 #endif  // SERVELAB_X86
 
 // One row of W against a tile of up to kTile tokens, by the best kernel.

@@ -328,7 +328,9 @@ RowsRangeKernel rows_range_for(GgmlType type) {
     }
 }
 
-bool cpu_has_avx2() { return simd_level() >= SimdLevel::kAvx2; }
+bool cpu_has_avx2() {
+    return simd_level() >= SimdLevel::kAvx2;
+}
 
 RowsRangeKernel rows_range_512_for(GgmlType type) {
     switch (type) {
@@ -341,7 +343,9 @@ RowsRangeKernel rows_range_512_for(GgmlType type) {
     }
 }
 
-bool cpu_has_avx512_vnni() { return simd_level() == SimdLevel::kAvx512; }
+bool cpu_has_avx512_vnni() {
+    return simd_level() == SimdLevel::kAvx512;
+}
 
 bool cpu_has_avx_vnni() {
     static const bool has = __builtin_cpu_supports("avxvnni");

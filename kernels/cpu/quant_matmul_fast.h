@@ -15,7 +15,10 @@
 // Kernels, chosen at run time by what the CPU has: AVX2 (maddubs + madd),
 // AVX-VNNI (dpbusd: both in one instruction) in tiles of 4 rows × 2 tokens,
 // AVX-512 VNNI (two blocks per instruction, 4 rows × 4 tokens) for steps of
-// 4 tokens or more, and portable loops everywhere else (ARM64 today).
+// 4 tokens or more, and portable loops everywhere else (ARM64 today). These
+// read the GGUF layout; with AVX-512 VNNI the engine repacks its weights
+// and uses kernels/cpu/quant_matmul_repacked.h instead, with the same
+// quantized activations.
 #pragma once
 
 #include <cstdint>

@@ -23,10 +23,10 @@ constexpr int64_t kRows = kRepackRows;
 
 // Bytes of one block of one group (16 rows), and where its parts start.
 struct GroupBlockLayout {
-    int64_t bytes;     // 16 × the GGUF block size
-    int64_t m_at;      // Q4_1's offsets (else unused)
-    int64_t codes_at;  // the code chunks
-    float offset_code; // Q4_0: −8, Q8_0: −128 (the offset as a multiple of d); Q4_1: 0
+    int64_t bytes;      // 16 × the GGUF block size
+    int64_t m_at;       // Q4_1's offsets (else unused)
+    int64_t codes_at;   // the code chunks
+    float offset_code;  // Q4_0: −8, Q8_0: −128 (the offset as a multiple of d); Q4_1: 0
 };
 
 GroupBlockLayout layout_of(GgmlType type) {
@@ -119,8 +119,7 @@ template <GgmlType kType, int kTokens>
 SERVELAB_AVX512_VNNI void group_tile(const uint8_t* group, int64_t num_blocks, const int8_t* codes,
                                      const float* scales, const float* scaled_sums, int64_t cols,
                                      float* y, int64_t y_stride) {
-    constexpr GgmlType t = kType;
-    const GroupBlockLayout layout = layout_of(t);
+    const GroupBlockLayout layout = layout_of(kType);
     __m512 acc[kTokens];
     for (int k = 0; k < kTokens; ++k) acc[k] = _mm512_setzero_ps();
     const __m512i low_nibbles = _mm512_set1_epi8(0x0F);
@@ -128,7 +127,7 @@ SERVELAB_AVX512_VNNI void group_tile(const uint8_t* group, int64_t num_blocks, c
         const uint8_t* gb = group + b * layout.bytes;
         const uint8_t* chunks = gb + layout.codes_at;
         __m512i w[8];  // w[k] pairs with activation codes 4k .. 4k+3
-        if constexpr (t == GgmlType::kQ8_0) {
+        if constexpr (kType == GgmlType::kQ8_0) {
             for (int k = 0; k < 8; ++k) w[k] = _mm512_loadu_si512(chunks + 64 * k);
         } else {
             for (int j = 0; j < 4; ++j) {
@@ -139,7 +138,7 @@ SERVELAB_AVX512_VNNI void group_tile(const uint8_t* group, int64_t num_blocks, c
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb)));
         __m512 m = _mm512_setzero_ps();
-        if constexpr (t == GgmlType::kQ4_1) {
+        if constexpr (kType == GgmlType::kQ4_1) {
             m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + 32)));
         }
         for (int k = 0; k < kTokens; ++k) {
@@ -152,7 +151,7 @@ SERVELAB_AVX512_VNNI void group_tile(const uint8_t* group, int64_t num_blocks, c
             const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(dot0, dot1));
             const float scale = scales[k * num_blocks + b];
             const float sum = scaled_sums[k * num_blocks + b];
-            if constexpr (t == GgmlType::kQ4_1) {
+            if constexpr (kType == GgmlType::kQ4_1) {
                 acc[k] = _mm512_fmadd_ps(d, _mm512_mul_ps(dot, _mm512_set1_ps(scale)), acc[k]);
                 acc[k] = _mm512_fmadd_ps(m, _mm512_set1_ps(sum), acc[k]);
             } else {
@@ -179,10 +178,9 @@ SERVELAB_AVX512_VNNI void rows_avx512(const QuantizedActivations& x, const Repac
         int64_t t = 0;
         const auto tile = [&](auto tokens_constant) {
             constexpr int kTokens = decltype(tokens_constant)::value;
-            group_tile<kType, kTokens>(group, num_blocks, x.codes.data() + t * w.cols,
-                                       x.scales.data() + t * num_blocks,
-                                       x.scaled_sums.data() + t * num_blocks, w.cols,
-                                       y + t * w.rows + row0, w.rows);
+            group_tile<kType, kTokens>(
+                group, num_blocks, x.codes.data() + t * w.cols, x.scales.data() + t * num_blocks,
+                x.scaled_sums.data() + t * num_blocks, w.cols, y + t * w.rows + row0, w.rows);
             t += kTokens;
         };
         while (t + 8 <= x.num_tokens) tile(std::integral_constant<int, 8>{});
@@ -204,7 +202,9 @@ bool can_repack(GgmlType type, int64_t rows, int64_t cols) {
     return has_layout && rows > 0 && rows % kRows == 0 && cols > 0 && cols % kBlock == 0;
 }
 
-bool cpu_runs_repacked() { return simd_level() == SimdLevel::kAvx512; }
+bool cpu_runs_repacked() {
+    return simd_level() == SimdLevel::kAvx512;
+}
 
 std::vector<uint8_t> repack_rows(const QuantMatrix& w) {
     if (!can_repack(w.type, w.rows, w.cols) || w.row_bytes != row_size_bytes(w.type, w.cols)) {
@@ -227,7 +227,8 @@ std::vector<uint8_t> repack_rows(const QuantMatrix& w) {
                 if (w.type == GgmlType::kQ4_1) std::memcpy(gb + layout.m_at + 2 * r, block + 2, 2);
                 block_codes(w.type, block, codes);
                 if (w.type == GgmlType::kQ8_0) {
-                    for (int i = 0; i < kBlock; ++i) chunks[64 * (i / 4) + 4 * r + i % 4] = codes[i];
+                    for (int i = 0; i < kBlock; ++i)
+                        chunks[64 * (i / 4) + 4 * r + i % 4] = codes[i];
                 } else {
                     for (int j = 0; j < 4; ++j) {
                         for (int i = 0; i < 4; ++i) {
@@ -246,7 +247,8 @@ void quant_matmul_repacked_rows(const QuantizedActivations& x, const RepackedMat
                                 int64_t row_begin, int64_t row_end, bool portable) {
     if (!can_repack(w.type, w.rows, w.cols) || x.cols != w.cols || row_begin % kRows != 0 ||
         row_end % kRows != 0 || row_begin < 0 || row_end > w.rows) {
-        throw Error("quant_matmul_repacked: rows must be whole groups of a repacked matrix as wide as x");
+        throw Error(
+            "quant_matmul_repacked: rows must be whole groups of a repacked matrix as wide as x");
     }
 #ifdef SERVELAB_X86
     if (!portable && cpu_runs_repacked()) {

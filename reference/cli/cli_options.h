@@ -25,7 +25,7 @@ inline constexpr int kMaxThreadsPerHardwareThread = 4;
 
 struct ModelOptions {
     std::string path = kDefaultModelPath;
-    int threads = 0;                    // 0 = OpenMP's default (all cores)
+    int threads = 0;  // 0 = OpenMP's default (all cores)
     // MatmulMode: "fast" (every command's default: int8 activations, the
     // repacked kernels) or "exact" (fp32 activations, the oracle's numbers).
     // docs/perf.md has the figures that chose the default.

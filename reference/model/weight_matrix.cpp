@@ -57,7 +57,8 @@ void WeightMatrix::set_mode(MatmulMode mode) {
     if (!repack) {
         repacked_ = {};
     } else if (repacked_.empty()) {
-        repacked_ = repack_rows({type_, blocks_.data(), rows_, cols_, row_size_bytes(type_, cols_)});
+        repacked_ =
+            repack_rows({type_, blocks_.data(), rows_, cols_, row_size_bytes(type_, cols_)});
     }
 }
 

@@ -22,11 +22,14 @@ namespace servelab {
 
 // How a quantized matrix multiplies (`servelab --cpu-kernels`):
 //   kExact: fp32 activations against the dequantized weights, the numbers the
-//     numpy oracle computes (kernels/cpu/quant_matmul.h). The default.
+//     numpy oracle computes (kernels/cpu/quant_matmul.h). A WeightMatrix's
+//     default, so tests and library users get the oracle's numbers.
 //   kFast: activations quantized to int8 per 32-value block first, as
 //     llama.cpp does, so the dot products are integer SIMD
-//     (kernels/cpu/quant_matmul_fast.h). Q4_0, Q4_1 and Q8_0 only; other
-//     formats stay exact. docs/perf.md reports what it costs in accuracy.
+//     (kernels/cpu/quant_matmul_fast.h, and kernels/cpu/quant_matmul_repacked.h
+//     where the weights are repacked). Q4_0, Q4_1 and Q8_0 only; other
+//     formats stay exact. The default of every servelab command;
+//     docs/perf.md reports what it costs in accuracy.
 enum class MatmulMode { kExact, kFast };
 
 class WeightMatrix {
@@ -69,8 +72,8 @@ class WeightMatrix {
     MatmulMode mode_ = MatmulMode::kExact;
     int64_t rows_ = 0;
     int64_t cols_ = 0;
-    std::vector<float> values_;    // when type_ == kF32
-    std::vector<uint8_t> blocks_;  // otherwise
+    std::vector<float> values_;      // when type_ == kF32
+    std::vector<uint8_t> blocks_;    // otherwise
     std::vector<uint8_t> repacked_;  // kFast, where it applies: blocks_ 16 rows side by side
 };
 

@@ -194,7 +194,8 @@ TEST_P(QuantMatmulFastTest, RepackedLayoutGivesTheSameSums) {
         const std::vector<uint8_t> bytes = random_matrix(random_, type, rows, cols);
         const QuantMatrix w{type, bytes.data(), rows, cols, row_size_bytes(type, cols)};
         const std::vector<uint8_t> repacked = repack_rows(w);
-        ASSERT_EQ(repacked.size(), bytes.size()) << "repacking must not change the bytes per weight";
+        ASSERT_EQ(repacked.size(), bytes.size())
+            << "repacking must not change the bytes per weight";
         const RepackedMatrix packed{type, repacked.data(), rows, cols};
         const std::vector<float> x = random_.normal(size_t(num_tokens * cols));
         QuantizedActivations xq;
