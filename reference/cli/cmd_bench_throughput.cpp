@@ -40,6 +40,8 @@ struct Options {
     std::string batching = "continuous";
     int64_t max_num_seqs = 64;
     int64_t max_num_batched_tokens = 512;
+    // The engine's default (SchedulerConfig), so a bench measures what a server does.
+    int64_t long_prefill_tokens = SchedulerConfig{}.long_prefill_tokens;
     bool no_chunked_prefill = false;
     bool json = false;
     std::string output;
@@ -192,6 +194,7 @@ void run(const Options& opts) {
     scheduler.max_num_seqs = opts.max_num_seqs;
     scheduler.max_num_batched_tokens = opts.max_num_batched_tokens;
     scheduler.chunked_prefill = !opts.no_chunked_prefill;
+    scheduler.long_prefill_tokens = opts.long_prefill_tokens;
     scheduler.static_batching = opts.batching == "static";
     CliGenerator generator(opts.cache, model, runner, scheduler, opts.speculation);
     Engine& engine = *generator.engine();
@@ -213,6 +216,7 @@ void run(const Options& opts) {
         {"max_num_seqs", opts.max_num_seqs},
         {"max_num_batched_tokens", opts.max_num_batched_tokens},
         {"chunked_prefill", scheduler.chunked_prefill},
+        {"long_prefill_tokens", scheduler.long_prefill_tokens},
         {"speculate", opts.speculation.num_tokens},
         {"drafter", opts.speculation.enabled() ? opts.speculation.drafter : "none"},
         {"kv_cache", "KV cache " + generator.describe()},
@@ -294,6 +298,11 @@ void add_bench_throughput_command(CLI::App& bench) {
         ->capture_default_str();
     cmd->add_flag("--no-chunked-prefill", opts->no_chunked_prefill,
                   "admit a prompt only if it fits one step's budget whole");
+    cmd->add_option("--long-prefill-tokens", opts->long_prefill_tokens,
+                    "while others run or wait, a prompt computes at most this many tokens per "
+                    "step (fair prefill; 0 = no cap)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     cmd->add_flag("--json", opts->json, "print the summary as one JSON object");
     cmd->add_option("--output", opts->output,
                     "also write the JSON, with every request and step, to this file");

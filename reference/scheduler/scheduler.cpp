@@ -1,5 +1,5 @@
-// scheduler.cpp — see scheduler.h. Lab 5's exercise: schedule_running, admit_waiting,
-// pick_victim, preempt.
+// scheduler.cpp — see scheduler.h. Lab 5's exercise: chunk_size, schedule_running,
+// admit_waiting, pick_victim, preempt.
 #include "reference/scheduler/scheduler.h"
 
 #include <fmt/format.h>
@@ -15,6 +15,9 @@ Scheduler::Scheduler(KvBlockManager& kv, const SchedulerConfig& config, int64_t 
     : kv_(kv), config_(config), context_length_(context_length) {
     if (config.max_num_batched_tokens < 1 || config.max_num_seqs < 1) {
         throw Error("scheduler: max_num_batched_tokens and max_num_seqs must be >= 1");
+    }
+    if (config.long_prefill_tokens < 0) {
+        throw Error("scheduler: long_prefill_tokens must be >= 0 (0: no cap)");
     }
 }
 
@@ -75,12 +78,29 @@ SchedulerOutput Scheduler::schedule() {
     return out;
 }
 
-void Scheduler::schedule_running(Request& request, int64_t& budget, SchedulerOutput& out) {
+int64_t Scheduler::chunk_size(const Request& request, int64_t budget) const {
     // BEGIN SOLUTION lab05
     // HINT: its uncomputed tokens, capped by the budget (the next chunk of a long prompt)
+    // HINT: fair prefill: cap it at config_.long_prefill_tokens too, but only when that
+    // HINT: is not 0, prompts are chunked (chunked_prefill, not static_batching), and
+    // HINT: another request runs or waits (count both queues: `request` is in one of them)
+    const int64_t num_tokens = std::min(request.num_uncomputed(), budget);
+    // Without chunked prefill, and in a static batch, a prompt is computed whole.
+    const bool may_cap =
+        config_.long_prefill_tokens > 0 && config_.chunked_prefill && !config_.static_batching;
+    // `request` is running or still waiting to be admitted: more than one is someone else.
+    const bool others = num_running() + num_waiting() > 1;
+    if (may_cap && others) return std::min(num_tokens, config_.long_prefill_tokens);
+    return num_tokens;  // alone: capping would only delay its first token
+    // END SOLUTION
+}
+
+void Scheduler::schedule_running(Request& request, int64_t& budget, SchedulerOutput& out) {
+    // BEGIN SOLUTION lab05
+    // HINT: chunk_size(request, budget) tokens: its next chunk (a decode token is 1)
     // HINT: while kv_.reserve fails: make_room(budget, out); stop if it evicted `request`
     // HINT: then add the chunk to out.chunks and spend the budget
-    const int64_t num_tokens = std::min(request.num_uncomputed(), budget);
+    const int64_t num_tokens = chunk_size(request, budget);
     if (num_tokens == 0) return;
     while (!kv_.reserve(request.kv, num_tokens)) {
         if (make_room(budget, out) == &request) return;  // it was the victim itself
@@ -95,6 +115,7 @@ void Scheduler::admit_waiting(int64_t budget, SchedulerOutput& out) {
     // HINT: loop while budget, waiting requests and max_num_seqs allow; next_waiting() picks
     // HINT: kv_.start takes the prefix-cache hits; num_uncomputed() is what is left
     // HINT: without chunked prefill the whole rest must fit the budget, else stop admitting
+    // HINT: its chunk is chunk_size(request, budget) (while it is still in waiting_)
     // HINT: reserve its chunk; if the pool cannot hold it, kv_.finish and stop (it waits)
     // HINT: admitted: out of waiting_, status kRunning, onto running_, chunk into out
     while (budget > 0 && !waiting_.empty() && num_running() < config_.max_num_seqs) {
@@ -106,7 +127,8 @@ void Scheduler::admit_waiting(int64_t budget, SchedulerOutput& out) {
             kv_.finish(request.kv);
             return;
         }
-        const int64_t num_tokens = std::min(wanted, budget);
+        // Still in waiting_, so chunk_size counts it among the requests there.
+        const int64_t num_tokens = chunk_size(request, budget);
         if (!kv_.reserve(request.kv, num_tokens)) {  // wait until blocks are freed
             kv_.finish(request.kv);
             return;

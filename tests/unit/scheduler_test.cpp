@@ -1,11 +1,12 @@
 // scheduler_test.cpp — Lab 5 groundwork: the iteration-level scheduler.
 //
 // Rules one by one (token budget and chunked prefill, running before
-// waiting, the sequence cap, rejection of requests that can never fit,
-// priorities), then the equivalence test: 64 requests of mixed lengths run
-// through the scheduler and the batched forward pass together — with
-// chunked prefill, prefix caching and preemption forced by a small KV pool —
-// must each produce exactly the tokens they produce alone.
+// waiting, the sequence cap, rejection of requests that can never fit, fair
+// prefill's cap on a long prompt's chunk, priorities), then the equivalence
+// test: 64 requests of mixed lengths run through the scheduler and the
+// batched forward pass together — with chunked prefill, prefix caching and
+// preemption forced by a small KV pool — must each produce exactly the
+// tokens they produce alone.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -284,6 +285,198 @@ TEST(Scheduler, WithoutChunkingRefusesARequestLongerThanTheTokenBudget) {
     auto chunked = make_request(4, 178, 8, 4);
     chunking.add(*chunked);
     EXPECT_EQ(chunking.num_waiting(), 1);
+}
+
+// ---- Fair prefill: long_prefill_tokens ---------------------------------------
+//
+// Running requests are scheduled first, so without a cap a long prompt that
+// is being prefilled takes the whole budget step after step, and a short
+// request that arrives meanwhile waits for all of it. The tests use a budget
+// of 64 and caps small enough to read in the messages; prompt lengths are
+// random.
+
+// "request 2: 5 tokens", as batch() writes a chunk.
+std::string chunk(int64_t id, int64_t num_tokens) {
+    return "request " + std::to_string(id) + ": " + std::to_string(num_tokens) +
+           (num_tokens == 1 ? " token" : " tokens");
+}
+
+TEST(Scheduler, FairPrefillCapsALongPromptOnlyWhileAnotherRunsOrWaits) {
+    RandomSource random;
+    SCOPED_TRACE(random.trace());
+    PagedKvCache pool(one_float_config(), 256, 4);
+    KvBlockManager kv(pool, false);
+    const int64_t budget = 64, cap = 16;
+    Scheduler scheduler(kv, {.max_num_batched_tokens = budget, .long_prefill_tokens = cap}, 4096);
+    const int64_t long_tokens = random.integer(4 * budget, 8 * budget);
+    auto long_request = make_request(1, long_tokens, 4, 4);
+    scheduler.add(*long_request);
+    for (int64_t step = random.integer(1, 2); step > 0; --step) {
+        const SchedulerOutput out = scheduler.schedule();
+        ASSERT_EQ(batch(out), "[" + chunk(1, budget) + "]")
+            << "request 1's " << long_tokens << "-token prompt is alone: it takes the whole "
+            << "budget of " << budget << ". The long_prefill_tokens cap (" << cap << ") applies "
+            << "only while another request runs or waits; alone it would only delay its first "
+            << "token";
+        pretend_step(kv, out);
+    }
+    const int64_t short_tokens = random.integer(1, cap);
+    auto short_request = make_request(2, short_tokens, 8, 4);
+    scheduler.add(*short_request);
+    const int64_t long_left = long_request->num_uncomputed();
+    SchedulerOutput out = scheduler.schedule();
+    ASSERT_EQ(batch(out), "[" + chunk(1, cap) + ", " + chunk(2, short_tokens) + "]")
+        << "request 2's " << short_tokens << "-token prompt arrived while request 1 still had "
+        << long_left << " prompt tokens to compute. While another request runs or waits, a "
+        << "prompt's chunk is capped at long_prefill_tokens (" << cap << "), so request 1 "
+        << "takes " << cap << " and request 2's whole prompt fits in what the budget leaves";
+    pretend_step(kv, out);
+    EXPECT_EQ(short_request->num_generated(), 1)
+        << "request 2's whole prompt was computed in the step after it arrived: its first token";
+    for (int64_t step = random.integer(1, 3); step > 0; --step) {
+        out = scheduler.schedule();
+        ASSERT_EQ(batch(out), "[" + chunk(1, cap) + ", " + chunk(2, 1) + "]")
+            << "request 2 decodes beside request 1's prompt: request 1 still takes at most the "
+            << "long_prefill_tokens cap (" << cap << ") a step, and a decode token is never capped";
+        pretend_step(kv, out);
+    }
+    scheduler.finish(*short_request);
+    out = scheduler.schedule();
+    EXPECT_EQ(batch(out), "[" + chunk(1, budget) + "]")
+        << "request 2 has left: request 1 is alone again and takes the whole budget";
+    scheduler.finish(*long_request);
+    EXPECT_EQ(pool.allocator().num_free(), pool.num_blocks()) << "blocks leaked";
+}
+
+// long_prefill_tokens = 0 turns the cap off (the prompt takes the budget,
+// the newcomer waits); 1 is the smallest cap, and decode tokens and draft
+// slots (speculative decoding) are not prompt tokens: never capped.
+TEST(Scheduler, FairPrefillIsOffAtZeroAndNeverCapsDecodeTokensOrDrafts) {
+    RandomSource random;
+    SCOPED_TRACE(random.trace());
+    PagedKvCache pool(one_float_config(), 256, 4);
+    KvBlockManager kv(pool, false);
+    {
+        Scheduler scheduler(kv, {.max_num_batched_tokens = 64, .long_prefill_tokens = 0}, 4096);
+        auto long_request = make_request(1, random.integer(129, 256), 4, 4);
+        auto short_request = make_request(2, random.integer(1, 16), 4, 4);
+        scheduler.add(*long_request);
+        pretend_step(kv, scheduler.schedule());
+        scheduler.add(*short_request);
+        EXPECT_EQ(batch(scheduler.schedule()), "[" + chunk(1, 64) + "]")
+            << "long_prefill_tokens = 0 is no cap: the running prompt takes the whole budget of "
+            << "64 and request 2 waits";
+        scheduler.finish(*long_request);
+        scheduler.finish(*short_request);
+    }
+    {
+        Scheduler scheduler(kv, {.max_num_batched_tokens = 64, .long_prefill_tokens = 1}, 4096);
+        SamplingParams params;
+        params.max_tokens = 8;
+        params.num_speculative_tokens = 2;
+        const int64_t first_tokens = random.integer(2, 32);
+        std::vector<TokenId> prompt;
+        for (int64_t i = 0; i < first_tokens; ++i) prompt.push_back(TokenId(3000 + i));
+        Request speculating(3, prompt, params, 0, 4);
+        scheduler.add(speculating);
+        SchedulerOutput out = scheduler.schedule();
+        ASSERT_EQ(batch(out), "[" + chunk(3, first_tokens) + "]")
+            << "alone, request 3's prompt takes the budget whatever long_prefill_tokens is (1)";
+        pretend_step(kv, out);
+        auto other = make_request(4, random.integer(2, 32), 4, 4);
+        scheduler.add(*other);
+        out = scheduler.schedule();
+        EXPECT_EQ(batch(out), "[" + chunk(3, 3) + ", " + chunk(4, 1) + "]")
+            << "long_prefill_tokens = 1: request 4's prompt advances 1 token a step beside "
+            << "request 3, whose decode token and 2 draft slots are not a prompt chunk and are "
+            << "never capped";
+        scheduler.finish(speculating);
+        scheduler.finish(*other);
+    }
+    EXPECT_EQ(pool.allocator().num_free(), pool.num_blocks()) << "blocks leaked";
+}
+
+// Without chunked prefill, and in a static batch, a prompt is computed
+// whole: there is no chunk to cap.
+TEST(Scheduler, FairPrefillNeverCutsAPromptThatMustBeComputedWhole) {
+    RandomSource random;
+    SCOPED_TRACE(random.trace());
+    PagedKvCache pool(one_float_config(), 64, 4);
+    KvBlockManager kv(pool, false);
+    const int64_t cap = 8;
+    {
+        Scheduler scheduler(
+            kv,
+            {.max_num_batched_tokens = 64, .chunked_prefill = false, .long_prefill_tokens = cap},
+            4096);
+        const int64_t long_tokens = random.integer(cap + 1, 64 - cap);
+        const int64_t short_tokens = random.integer(1, cap);
+        auto first = make_request(1, long_tokens, 1, 4),
+             second = make_request(2, short_tokens, 1, 4);
+        scheduler.add(*first);
+        scheduler.add(*second);
+        const SchedulerOutput out = scheduler.schedule();
+        EXPECT_EQ(batch(out), "[" + chunk(1, long_tokens) + ", " + chunk(2, short_tokens) + "]")
+            << "without chunked prefill a prompt goes in whole or waits: the long_prefill_tokens "
+            << "cap (" << cap << ") applies only when prompts are chunked";
+        scheduler.finish(*first);
+        scheduler.finish(*second);
+    }
+    {
+        Scheduler scheduler(
+            kv, {.max_num_batched_tokens = 32, .long_prefill_tokens = cap, .static_batching = true},
+            4096);
+        const int64_t long_tokens = random.integer(33, 100);
+        const int64_t short_tokens = random.integer(1, cap);
+        auto first = make_request(3, long_tokens, 1, 4),
+             second = make_request(4, short_tokens, 1, 4);
+        scheduler.add(*first);
+        scheduler.add(*second);
+        const SchedulerOutput out = scheduler.schedule();
+        EXPECT_EQ(batch(out), "[" + chunk(3, long_tokens) + ", " + chunk(4, short_tokens) + "]")
+            << "a static batch computes its prompts whole in its first step: the "
+            << "long_prefill_tokens cap (" << cap << ") is for chunked prefill only";
+        scheduler.finish(*first);
+        scheduler.finish(*second);
+    }
+    EXPECT_EQ(pool.allocator().num_free(), pool.num_blocks()) << "blocks leaked";
+}
+
+// A preempted request recomputes its prompt and its output so far: that is a
+// prefill too, capped while others run. Here the cap is also what lets it
+// back in beside the request that preempted it: a 4-token chunk needs one
+// free block where its whole recomputation would need four.
+TEST(Scheduler, FairPrefillCapsARecomputationAfterPreemption) {
+    PagedKvCache pool(one_float_config(), 6, 4);  // 24 slots for two requests of up to 20
+    KvBlockManager kv(pool, false);
+    const int64_t cap = 4;
+    Scheduler scheduler(kv, {.max_num_batched_tokens = 64, .long_prefill_tokens = cap}, 4096);
+    auto first = make_request(1, 8, 12, 4), second = make_request(2, 8, 12, 4);
+    scheduler.add(*first);
+    scheduler.add(*second);
+    int64_t capped_recomputations = 0;
+    for (int step = 0; step < 60 && first->num_generated() < 12; ++step) {
+        const bool recomputing = second->num_preemptions > 0 && second->kv.num_computed_tokens == 0;
+        const int64_t uncomputed = second->num_uncomputed();
+        const SchedulerOutput out = scheduler.schedule();
+        for (const ScheduledChunk& c : out.chunks) {
+            ASSERT_LE(c.num_tokens, cap)
+                << "step " << step << " computes " << batch(out) << ": with two requests in the "
+                << "scheduler no chunk may exceed the long_prefill_tokens cap (" << cap << ")";
+            if (c.request == second.get() && recomputing && uncomputed > cap) {
+                ++capped_recomputations;
+            }
+        }
+        pretend_step(kv, out);
+    }
+    ASSERT_EQ(first->num_generated(), 12);
+    EXPECT_GT(capped_recomputations, 0)
+        << "request 2 was never readmitted while request 1 ran: its recomputation is a prefill "
+        << "too, so beside request 1 it restarts with a chunk of long_prefill_tokens (" << cap
+        << "), which fits the free blocks";
+    scheduler.finish(*first);
+    scheduler.finish(*second);
+    EXPECT_EQ(pool.allocator().num_free(), pool.num_blocks()) << "blocks leaked";
 }
 
 // Steps `scheduler` until `done()` (at most 60 steps), pretending the model

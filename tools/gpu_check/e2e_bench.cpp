@@ -132,6 +132,9 @@ int main() {
     config.num_kv_blocks = 8192;  // 131k tokens: 256 requests of 160 fit many times over
     config.scheduler.max_num_seqs = 256;
     config.scheduler.max_num_batched_tokens = 2048;
+    // No fair-prefill cap: the prefill case times whole 512-token prompts,
+    // four to a step, not 16 chunks of the cap's size.
+    config.scheduler.long_prefill_tokens = 0;
     CudaModelRunner runner(model.config, model.weights,
                            {.num_kv_blocks = config.num_kv_blocks,
                             .block_size = config.block_size,

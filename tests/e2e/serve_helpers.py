@@ -1,0 +1,102 @@
+"""serve_helpers.py — start `servelab serve` on a free port and talk to it, for the e2e tests.
+
+Shared by test_openai_server.py (the API) and test_server_reliability.py
+(hostile and careless clients): a Server that waits for /health, reads
+/metrics, and stops with SIGTERM; raw-socket helpers for what the official
+client cannot send (slow headers, chunked bodies, pipelined requests).
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import openai
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, servelab, model, extra=(), kv_memory="64MiB"):
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [servelab, "serve", "--model", model, "--port", str(self.port), "--kv-memory",
+             kv_memory, "--served-model-name", "tiny", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=dict(os.environ, OMP_NUM_THREADS="1"))
+        self.url = f"http://127.0.0.1:{self.port}"
+        for _ in range(400):
+            try:
+                urllib.request.urlopen(self.url + "/health", timeout=1)
+                return
+            except OSError:
+                if self.process.poll() is not None:
+                    sys.exit("server exited: " + self.process.stdout.read())
+                time.sleep(0.05)
+        sys.exit("server did not start")
+
+    def client(self, api_key="none", timeout=60.0):
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0,
+                             timeout=timeout)
+
+    def metrics(self, timeout=5):
+        text = urllib.request.urlopen(self.url + "/metrics", timeout=timeout).read().decode()
+        values = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                values[name] = float(value)
+        return values
+
+    def metric(self, name):
+        return self.metrics()[name]
+
+    def peak_rss_bytes(self):
+        with open(f"/proc/{self.process.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        raise KeyError("VmHWM")
+
+    def stop(self, timeout=60):
+        self.process.send_signal(signal.SIGTERM)
+        rc = self.process.wait(timeout=timeout)
+        assert rc == 0, ("exit status after SIGTERM", rc, self.process.stdout.read()[-2000:])
+
+
+def read_http_response(sock, buffer=b""):
+    """One HTTP/1.1 response with a Content-Length from `sock`: (status, headers, body, rest)."""
+    while b"\r\n\r\n" not in buffer:
+        data = sock.recv(65536)
+        if not data:
+            raise ConnectionError(f"the connection closed before a response head ({buffer!r})")
+        buffer += data
+    head, buffer = buffer.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        key, _, value = line.partition(":")
+        headers[key.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", "0"))
+    while len(buffer) < length:
+        data = sock.recv(65536)
+        if not data:
+            raise ConnectionError("the connection closed inside a response body")
+        buffer += data
+    return status, headers, buffer[:length], buffer[length:]
+
+
+def post_head(path, body_length=None, chunked=False, extra=""):
+    head = f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+    if chunked:
+        head += "Transfer-Encoding: chunked\r\n"
+    else:
+        head += f"Content-Length: {body_length}\r\n"
+    return (head + extra + "\r\n").encode()
