@@ -45,7 +45,7 @@ CliGenerator::CliGenerator(const CacheOptions& options, const Model& model, Mode
         return;
     }
     if (!options.paged(model.config)) return;
-    const int64_t budget = options.memory_budget_bytes();
+    const int64_t budget = options.cpu_budget_bytes(model);
     const int64_t num_blocks =
         PagedKvCache::blocks_for_budget(model.config, options.block_size, budget);
     pool_ = std::make_unique<PagedKvCache>(model.config, num_blocks, options.block_size);
@@ -91,7 +91,13 @@ void CliGenerator::start_on_gpu(const SchedulerConfig& scheduler) {
         throw servelab::Error("--device cuda keeps keys and values in bf16: drop --kv-dtype");
     }
     const ModelConfig& config = model_.config;
-    const int64_t budget = options_.memory_budget_bytes(cuda_device_memory_bytes());
+    // The runner uploads every weight as bf16: two bytes per element.
+    int64_t bf16_weight_bytes = 0;
+    for (const GgufTensorInfo& tensor : model_.file.tensors()) {
+        bf16_weight_bytes += 2 * tensor.num_elements();
+    }
+    const int64_t budget =
+        options_.checked_budget_bytes(cuda_device_memory_bytes(), bf16_weight_bytes, "GPU memory");
     CudaRunnerOptions gpu;
     gpu.block_size = options_.block_size;
     gpu.num_kv_blocks = cuda_kv_blocks_for_budget(config, gpu.block_size, budget);

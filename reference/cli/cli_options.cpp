@@ -176,6 +176,20 @@ int64_t CacheOptions::memory_budget_bytes(int64_t memory_bytes) const {
     return int64_t(fraction * double(memory_bytes));
 }
 
+int64_t CacheOptions::checked_budget_bytes(int64_t memory_bytes, int64_t model_bytes,
+                                           const std::string& memory_name) const {
+    const int64_t budget_bytes = memory_budget_bytes(memory_bytes);
+    check_kv_budget_fits(budget_bytes, memory_bytes, model_bytes, memory_name);
+    return budget_bytes;
+}
+
+int64_t CacheOptions::cpu_budget_bytes(const Model& model) const {
+    // The weights are read from the mapped file (or copied from it): its
+    // size is what they take of physical memory.
+    return checked_budget_bytes(physical_memory_bytes(), int64_t(model.file.file_size()),
+                                "physical memory");
+}
+
 int64_t physical_memory_bytes() {
     return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
 }

@@ -71,7 +71,13 @@ struct CacheOptions {
     // fraction in (0, 1] of `memory_bytes` (this machine's physical memory,
     // or the GPU's for --device cuda).
     int64_t memory_budget_bytes(int64_t memory_bytes) const;
-    int64_t memory_budget_bytes() const { return memory_budget_bytes(physical_memory_bytes()); }
+    // memory_budget_bytes(memory_bytes), refused at start with a one-line
+    // error unless it fits beside the model's `model_bytes` of weights
+    // (check_kv_budget_fits): every command sizes its pool through this.
+    int64_t checked_budget_bytes(int64_t memory_bytes, int64_t model_bytes,
+                                 const std::string& memory_name) const;
+    // This machine's physical memory, less the mapped model file.
+    int64_t cpu_budget_bytes(const Model& model) const;
     bool on_gpu() const { return device == "cuda"; }
     // A cache for prompt + max_tokens tokens (capped at the context length),
     // or nullptr with --no-kv-cache (naive decoding, Lab 1).

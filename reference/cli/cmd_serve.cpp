@@ -1,14 +1,18 @@
-// cmd_serve.cpp — `servelab serve`: the OpenAI-compatible server (issue 10, chapter 11.7).
+// cmd_serve.cpp — `servelab serve`: the OpenAI-compatible server (chapter 11.7).
 //
-// Loads the model, serves HTTP (reference/server/http_server.h) from a
-// thread pool and runs the continuous-batching engine loop
-// (reference/server/engine_loop.h) on the main thread, the one that already
-// ran the model's OpenMP work (engine_loop.h says why that matters). Binds 127.0.0.1:8000 by
-// default. SIGTERM or SIGINT (Ctrl-C) shuts down gracefully: new requests get 503, admitted ones
-// finish and are answered, then the process exits 0.
+// Loads the model, serves HTTP (reference/server/http_server.h, its
+// connections managed by http_listener.h) and runs the continuous-batching
+// engine loop (reference/server/engine_loop.h) on the main thread, the one
+// that already ran the model's OpenMP work (engine_loop.h says why that
+// matters). Binds 127.0.0.1:8000 by default. SIGTERM or SIGINT (Ctrl-C)
+// shuts down gracefully: new requests get 503, admitted ones finish and are
+// answered, and whatever still runs after --drain-timeout is cancelled and
+// answered; then the process exits 0. A second signal exits at once.
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <thread>
@@ -32,6 +36,24 @@ struct ServeOptions {
     SchedulerConfig scheduler;
     bool no_chunked_prefill = false;
     int64_t max_waiting = 256;
+    double header_timeout_s = 5;
+    double body_timeout_s = 30;
+    double drain_timeout_s = 30;
+    std::string special_tokens = "parse";
+
+    // The server's options with the seconds and names above resolved.
+    ServerOptions resolved_server() const {
+        const auto ms = [](double seconds) {
+            return std::chrono::milliseconds(int64_t(seconds * 1000.0));
+        };
+        ServerOptions resolved = server;
+        resolved.header_timeout = ms(header_timeout_s);
+        resolved.body_timeout = ms(body_timeout_s);
+        resolved.drain_timeout = ms(drain_timeout_s);
+        resolved.special_tokens = special_tokens == "text" ? SpecialTokensInMessages::kText
+                                                           : SpecialTokensInMessages::kParse;
+        return resolved;
+    }
 };
 
 // The model's name for /v1/models: --served-model-name, else the file's stem.
@@ -55,13 +77,14 @@ void serve(const ServeOptions& opts) {
             "serve: the server needs the paged KV cache (this model or --kv-layout has none)");
     }
     const int64_t num_blocks = PagedKvCache::blocks_for_budget(model.config, opts.cache.block_size,
-                                                               opts.cache.memory_budget_bytes());
+                                                               opts.cache.cpu_budget_bytes(model));
     PagedKvCache pool(model.config, num_blocks, opts.cache.block_size);
     KvBlockManager kv(pool, !opts.cache.no_prefix_caching);
     ModelRunner runner(model.config, model.weights, opts.cache.mla_mode());
     SchedulerConfig scheduler = opts.scheduler;
     scheduler.chunked_prefill = !opts.no_chunked_prefill;
-    if (!scheduler.chunked_prefill && scheduler.max_num_batched_tokens < model.config.context_length) {
+    if (!scheduler.chunked_prefill &&
+        scheduler.max_num_batched_tokens < model.config.context_length) {
         spdlog::warn(
             "--no-chunked-prefill: a step holds a request's whole prompt (and, after a "
             "preemption, its output so far), so requests that could grow past "
@@ -70,8 +93,10 @@ void serve(const ServeOptions& opts) {
     }
     Engine engine(model, runner, kv, scheduler);
     EngineLoop loop(engine, {.max_waiting = opts.max_waiting});
+    std::atomic<bool> stopped_without_signal{false};
+    std::thread drainer;  // started by the first signal
 
-    ServerOptions server_options = opts.server;
+    ServerOptions server_options = opts.resolved_server();
     server_options.model_name = served_name(opts);
     OpenAiServer server(model, loop, server_options);
     const int port = server.bind();
@@ -81,18 +106,30 @@ void serve(const ServeOptions& opts) {
     std::thread signal_waiter([&] {
         int signal = 0;
         sigwait(&signals, &signal);
-        spdlog::info("signal {}: draining (new requests get 503), then exiting", signal);
-        server.stop();
+        if (stopped_without_signal) return;
+        spdlog::info(
+            "signal {}: draining (new requests get 503; running ones are cancelled "
+            "after {} s), then exiting; a second signal exits at once",
+            signal, server_options.drain_timeout.count() / 1000.0);
+        // The drain runs on its own thread, so that this one can take a second signal.
+        drainer = std::thread([&] { server.stop(); });
+        sigwait(&signals, &signal);
+        if (stopped_without_signal) return;
+        spdlog::warn("signal {} again: exiting now, without draining", signal);
+        std::_Exit(128 + signal);
     });
     std::thread listener([&] {
         server.run();
         loop.stop();  // the listener failed or was stopped: no more requests can come
     });
     loop.run();  // returns after the drain
-    // Wake the waiter if no signal came (the listener failed); stopping twice is harmless.
+    // Wake the waiter, which is still waiting for a first signal (the
+    // listener failed) or a second one (the drain is done).
+    stopped_without_signal = true;
     pthread_kill(signal_waiter.native_handle(), SIGTERM);
     signal_waiter.join();
     listener.join();
+    if (drainer.joinable()) drainer.join();
     spdlog::info("stopped");
 }
 
@@ -123,8 +160,40 @@ void add_serve_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_flag("--no-chunked-prefill", opts->no_chunked_prefill,
                   "compute each prompt in one step (a prompt over the token budget is refused)");
-    cmd->add_option("--max-body-bytes", opts->server.max_body_bytes, "largest request body")
+    cmd->add_option("--long-prefill-tokens", opts->scheduler.long_prefill_tokens,
+                    "while others run or wait, a prompt computes at most this many tokens per "
+                    "step (fair prefill; 0 = no cap)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    cmd->add_option("--max-body-bytes", opts->server.max_body_bytes,
+                    "largest request body, chunked or not (larger: 413)")
         ->check(CLI::Range(int64_t(1024), int64_t(1) << 30))
+        ->capture_default_str();
+    // One worker thread per connection being served; the sockets stay
+    // below the FD_SETSIZE (1024) cpp-httplib checks them against.
+    cmd->add_option("--max-connections", opts->server.max_connections,
+                    "requests served at once (streams included); more get 503 at once, while "
+                    "a few threads stay reserved for /health and /metrics")
+        ->check(CLI::Range(1, 768))
+        ->capture_default_str();
+    cmd->add_option("--header-timeout", opts->header_timeout_s,
+                    "seconds a connection has to send its whole request head (else 408)")
+        ->check(CLI::Range(0.1, 600.0))
+        ->capture_default_str();
+    cmd->add_option("--body-timeout", opts->body_timeout_s,
+                    "seconds a request has to send its whole body")
+        ->check(CLI::Range(0.1, 3600.0))
+        ->capture_default_str();
+    cmd->add_option("--drain-timeout", opts->drain_timeout_s,
+                    "on SIGTERM, seconds admitted requests may run before they are cancelled "
+                    "and answered")
+        ->check(CLI::Range(0.0, 86400.0))
+        ->capture_default_str();
+    cmd->add_option("--special-tokens-in-messages", opts->special_tokens,
+                    "chat messages' text that spells a control token ('<|im_start|>'): 'parse' "
+                    "(the token, as Hugging Face and llama.cpp do) or 'text' (plain text, so "
+                    "a message cannot open a turn)")
+        ->check(CLI::IsMember({"parse", "text"}))
         ->capture_default_str();
     cmd->callback([opts] { serve(*opts); });
 }

@@ -141,12 +141,16 @@ std::vector<int64_t> Engine::add_parallel_request(std::vector<TokenId> prompt,
     return ids;
 }
 
-StepOutput Engine::step() {
+StepOutput Engine::step(const StepScheduledCallback& on_scheduled) {
     const auto step_start = Clock::now();
     StepOutput out;
     out.finished = std::move(cancelled_);
     cancelled_.clear();
     const SchedulerOutput scheduled = scheduler_.schedule();
+    if (on_scheduled) {
+        on_scheduled({scheduler_.num_running(), scheduler_.num_waiting(),
+                      kv_.cache().num_blocks() - kv_.num_available_blocks()});
+    }
     out.num_batched_tokens = scheduled.num_batched_tokens;
     out.num_preempted = int64_t(scheduled.preempted.size());
     for (Request* r : scheduled.preempted) {

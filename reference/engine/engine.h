@@ -41,6 +41,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -77,6 +78,16 @@ struct FinishedRequest {
     int64_t request_id = 0;
     GenerationResult result;
 };
+
+// The batch's shape once a step is scheduled, before its forward pass: a
+// long step (a 2,000-token prefill) would otherwise leave whoever reports
+// the engine's state (the server's /metrics) a step behind.
+struct StepScheduled {
+    int64_t num_running = 0;
+    int64_t num_waiting = 0;
+    int64_t num_kv_blocks_used = 0;  // allocated for this step included
+};
+using StepScheduledCallback = std::function<void(const StepScheduled&)>;
 
 struct StepOutput {
     std::vector<TokenEvent> tokens;
@@ -129,7 +140,8 @@ class Engine {
                                               const SamplingParams& params, int num_completions,
                                               TokenCallback on_token = {});
     // One iteration. Returns the tokens produced and the requests finished.
-    StepOutput step();
+    // `on_scheduled` (optional) is told the batch's shape before the forward pass.
+    StepOutput step(const StepScheduledCallback& on_scheduled = {});
     // Ends a request now (finish reason "cancelled"), returning its blocks;
     // the next step() reports it among the finished. Returns false for an
     // unknown or already finished id.

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -83,6 +84,16 @@ int64_t parse_byte_size(const std::string& text) {
             "'{}' is not a memory size (examples: 16GiB, 512MiB, 80GB, 1000000)", text));
     }
     return int64_t(std::floor(bytes));
+}
+
+void check_kv_budget_fits(int64_t budget_bytes, int64_t memory_bytes, int64_t model_bytes,
+                          const std::string& memory_name) {
+    const int64_t room_bytes = memory_bytes - model_bytes;
+    if (budget_bytes <= room_bytes) return;
+    throw Error(fmt::format(
+        "--kv-memory {}: more than the {} left beside the model ({} of {} less {} of weights)",
+        format_bytes(budget_bytes), format_bytes(std::max<int64_t>(room_bytes, 0)), memory_name,
+        format_bytes(memory_bytes), format_bytes(model_bytes)));
 }
 
 std::string format_bytes(int64_t bytes) {

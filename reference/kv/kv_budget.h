@@ -42,6 +42,13 @@ KvFootprint kv_footprint(const ModelConfig& config, KvDtype dtype, int64_t budge
 // "16GiB", "512MiB", "80GB", "1000000" (bytes) → bytes; throws servelab::Error
 // on anything else or on a size that is not positive.
 int64_t parse_byte_size(const std::string& text);
+// Throws servelab::Error naming --kv-memory when a KV budget of
+// `budget_bytes` cannot sit beside `model_bytes` of weights in
+// `memory_bytes` (`memory_name`: "physical memory", "GPU memory"). The
+// pool's pages are touched only as blocks fill, so without this check an
+// absurd budget is accepted at start and fails mid-serving instead.
+void check_kv_budget_fits(int64_t budget_bytes, int64_t memory_bytes, int64_t model_bytes,
+                          const std::string& memory_name);
 // 1536 → "1.50 KiB"; exact bytes below 1 KiB.
 std::string format_bytes(int64_t bytes);
 

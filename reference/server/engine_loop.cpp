@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace servelab {
 
 bool RequestStream::next(StreamEvent& event, std::chrono::milliseconds timeout) {
@@ -33,41 +35,63 @@ void RequestStream::push(StreamEvent event) {
 
 EngineLoop::EngineLoop(Engine& engine, const EngineLoopConfig& config)
     : engine_(engine), config_(config) {
-    stats_.num_kv_blocks = engine.kv().cache().num_blocks();
+    counters_.num_kv_blocks = engine.kv().cache().num_blocks();
 }
 
 std::shared_ptr<RequestStream> EngineLoop::submit(std::vector<TokenId> prompt,
                                                   const SamplingParams& params) {
-    auto stream = std::make_shared<RequestStream>();
-    {
-        std::lock_guard lock(mutex_);
-        if (stopping_) {
-            ++stats_.total_rejected;
-            throw QueueFull("the server is shutting down");
-        }
-        const int64_t waiting = int64_t(submissions_.size()) + stats_.num_waiting;
-        if (waiting >= config_.max_waiting) {
-            ++stats_.total_rejected;
-            throw QueueFull(
-                fmt::format("the server is at capacity: {} requests are waiting", waiting));
-        }
-        submissions_.push_back({std::move(prompt), params, stream});
-    }
-    wake_.notify_one();
-    return stream;
+    return submit_group(prompt, {params}).front();
 }
 
-void EngineLoop::stop() {
+std::vector<std::shared_ptr<RequestStream>> EngineLoop::submit_group(
+    const std::vector<TokenId>& prompt, const std::vector<SamplingParams>& params) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    {
+        std::lock_guard lock(mutex_);
+        if (stopping_) throw QueueFull("the server is shutting down");
+        const int64_t waiting = queued_ + engine_waiting_;
+        if (waiting + int64_t(params.size()) > config_.max_waiting) {
+            throw QueueFull(
+                fmt::format("the server is at capacity: {} requests are waiting (--max-waiting {})",
+                            waiting, config_.max_waiting));
+        }
+        for (const SamplingParams& p : params) {
+            streams.push_back(std::make_shared<RequestStream>());
+            submissions_.push_back({prompt, p, streams.back()});
+        }
+        queued_ += int64_t(params.size());
+    }
+    wake_.notify_one();
+    return streams;
+}
+
+void EngineLoop::stop(std::chrono::milliseconds drain_timeout) {
     {
         std::lock_guard lock(mutex_);
         stopping_ = true;
+        const auto now = Clock::now();
+        // Saturate: the default "no timeout" must not overflow the clock.
+        const Clock::time_point deadline =
+            drain_timeout >= std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 Clock::time_point::max() - now)
+                ? Clock::time_point::max()
+                : now + drain_timeout;
+        // A later stop() never extends an earlier one's deadline.
+        drain_deadline_ = std::min(drain_deadline_, deadline);
     }
     wake_.notify_one();
 }
 
 EngineLoopStats EngineLoop::stats() const {
-    std::lock_guard lock(mutex_);
-    return stats_;
+    EngineLoopStats stats;
+    {
+        std::lock_guard lock(mutex_);
+        stats = counters_;
+    }
+    stats.num_waiting = queued_ + engine_waiting_;
+    stats.num_running = engine_running_;
+    stats.num_kv_blocks_used = kv_blocks_used_;
+    return stats;
 }
 
 // On the engine thread. The on_token callback runs inside Engine::step(),
@@ -84,19 +108,26 @@ void EngineLoop::admit(Submission& submission) {
                                                });
         stream->request_id_ = id;
         live_[id] = stream;
+        ++engine_waiting_;  // until the next step is scheduled
     } catch (const Error& e) {
         StreamEvent end;
         end.kind = StreamEvent::Kind::kEnd;
         end.error = e.what();
         stream->push(std::move(end));
     }
+    --queued_;
 }
 
 bool EngineLoop::cancel_abandoned() {
+    bool past_deadline = false;
+    {
+        std::lock_guard lock(mutex_);
+        past_deadline = stopping_ && Clock::now() >= drain_deadline_;
+    }
     bool any = false;
     for (const auto& [id, stream] : live_) {
         // Engine::cancel reports the request among the next step's finished.
-        if (stream->cancelled() && engine_.cancel(id)) any = true;
+        if ((past_deadline || stream->cancelled()) && engine_.cancel(id)) any = true;
     }
     return any;
 }
@@ -116,30 +147,38 @@ void EngineLoop::run() {
         for (Submission& submission : arrived) admit(submission);
         const bool cancelled_some = cancel_abandoned();
         if (!engine_.has_unfinished() && !cancelled_some) continue;
-        StepOutput out = engine_.step();
-        for (FinishedRequest& finished : out.finished) {
-            auto it = live_.find(finished.request_id);
-            if (it == live_.end()) continue;
-            if (finished.result.finish_reason == FinishReason::kCancelled) {
-                std::lock_guard lock(mutex_);
-                ++stats_.total_cancelled;
-            }
-            StreamEvent end;
-            end.kind = StreamEvent::Kind::kEnd;
-            end.result = std::move(finished.result);
-            it->second->push(std::move(end));
-            live_.erase(it);
-        }
-        std::lock_guard lock(mutex_);
-        ++stats_.total_steps;
-        stats_.num_waiting = out.num_waiting;
-        stats_.num_running = out.num_running;
-        stats_.num_kv_blocks_used = out.num_kv_blocks_used;
-        stats_.total_preemptions += out.num_preempted;
-        stats_.total_drafted_tokens += out.num_drafted_tokens;
-        stats_.total_accepted_tokens += out.num_accepted_tokens;
-        stats_.total_finished += int64_t(out.finished.size());
+        const StepOutput out = engine_.step([this](const StepScheduled& scheduled) {
+            engine_waiting_ = scheduled.num_waiting;
+            engine_running_ = scheduled.num_running;
+            kv_blocks_used_ = scheduled.num_kv_blocks_used;
+        });
+        record_step(out);
     }
+}
+
+void EngineLoop::record_step(const StepOutput& out) {
+    int64_t finished = 0;
+    int64_t cancelled = 0;
+    for (const FinishedRequest& done : out.finished) {
+        auto it = live_.find(done.request_id);
+        if (it == live_.end()) continue;
+        (done.result.finish_reason == FinishReason::kCancelled ? cancelled : finished) += 1;
+        StreamEvent end;
+        end.kind = StreamEvent::Kind::kEnd;
+        end.result = done.result;
+        it->second->push(std::move(end));
+        live_.erase(it);
+    }
+    engine_waiting_ = out.num_waiting;
+    engine_running_ = out.num_running;
+    kv_blocks_used_ = out.num_kv_blocks_used;
+    std::lock_guard lock(mutex_);
+    ++counters_.total_steps;
+    counters_.total_preemptions += out.num_preempted;
+    counters_.total_drafted_tokens += out.num_drafted_tokens;
+    counters_.total_accepted_tokens += out.num_accepted_tokens;
+    counters_.total_finished += finished;
+    counters_.total_cancelled += cancelled;
 }
 
 }  // namespace servelab

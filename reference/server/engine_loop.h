@@ -1,9 +1,9 @@
 // engine_loop.h — the one thread that owns the Engine, fed by many HTTP handlers.
 //
-// Part of the serving layer (issue 10, chapter 11.7). The Engine is not
+// Part of the serving layer (chapter 11.7). The Engine is not
 // thread-safe, and it should not be: continuous batching wants every request
 // in ONE loop, so that each step batches all of them. HTTP handlers run on
-// the server's thread pool; they hand requests to this loop through a
+// the server's worker threads; they hand requests to this loop through a
 // locked queue and read their tokens back from a per-request stream:
 //
 //   handler ── submit(prompt, params) ──▶ queue ──▶ engine thread: add_request
@@ -13,7 +13,8 @@
 // The waiting queue is bounded: submit() refuses (QueueFull) when it holds
 // max_waiting requests, so an overloaded server answers 503 at once instead
 // of letting latency grow without bound. stop() stops admitting; run()
-// returns once the admitted requests have finished (SIGTERM's drain).
+// returns once the admitted requests have finished, or have been cancelled
+// at the drain deadline (SIGTERM's drain).
 //
 // The loop runs on the thread that calls run(), and `servelab serve` calls
 // it from the main thread, the one that loaded the model. That choice is
@@ -26,6 +27,7 @@
 // slower (docs/perf.md, "Serving").
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -84,9 +86,12 @@ struct EngineLoopConfig {
     int64_t max_waiting = 256;  // requests queued or waiting in the engine before 503
 };
 
-// Counters for /metrics, read under the loop's lock.
+// For /metrics. The gauges are what the engine holds now: they are updated
+// when requests are queued, when a step is scheduled (before its forward
+// pass, which may take seconds) and when it ends. The counters count
+// choices (one engine request each: an HTTP request with n = 3 is three).
 struct EngineLoopStats {
-    int64_t num_waiting = 0;
+    int64_t num_waiting = 0;  // queued for the engine thread, or waiting in the scheduler
     int64_t num_running = 0;
     int64_t num_kv_blocks_used = 0;
     int64_t num_kv_blocks = 0;
@@ -94,13 +99,14 @@ struct EngineLoopStats {
     int64_t total_steps = 0;
     int64_t total_drafted_tokens = 0;
     int64_t total_accepted_tokens = 0;
-    int64_t total_finished = 0;
-    int64_t total_cancelled = 0;
-    int64_t total_rejected = 0;  // refused with QueueFull
+    int64_t total_finished = 0;   // ended with a finish reason other than "cancelled"
+    int64_t total_cancelled = 0;  // ended "cancelled" (client gone, or the drain timed out)
 };
 
 class EngineLoop {
   public:
+    using Clock = std::chrono::steady_clock;
+
     // The engine must outlive the loop; run() must have returned before the
     // loop is destroyed.
     EngineLoop(Engine& engine, const EngineLoopConfig& config);
@@ -112,13 +118,22 @@ class EngineLoop {
     // the stream reports as its end (error set).
     std::shared_ptr<RequestStream> submit(std::vector<TokenId> prompt,
                                           const SamplingParams& params);
+    // Queues one request per element of `params`, all on `prompt`, or none:
+    // a group (the n choices of one HTTP request) is never admitted in part.
+    // Throws QueueFull when they do not all fit under max_waiting.
+    std::vector<std::shared_ptr<RequestStream>> submit_group(
+        const std::vector<TokenId>& prompt, const std::vector<SamplingParams>& params);
+    int64_t max_waiting() const { return config_.max_waiting; }
     // The engine thread's body: admits submissions, cancels abandoned
     // requests, steps the engine; sleeps when there is nothing to compute.
-    // Returns after stop(), once every admitted request has finished.
+    // Returns after stop(), once every admitted request has ended.
     void run();
     // Stops admitting (submit throws QueueFull from now on) and tells run()
-    // to return when the admitted requests are done. Does not wait.
-    void stop();
+    // to return when the admitted requests are done. Those still running
+    // `drain_timeout` after this call are cancelled (their streams end with
+    // finish reason "cancelled"), so the drain takes bounded time. Does not wait.
+    void stop(std::chrono::milliseconds drain_timeout = std::chrono::milliseconds::max());
+    // Never waits for a step in progress.
     EngineLoopStats stats() const;
 
   private:
@@ -128,18 +143,29 @@ class EngineLoop {
         std::shared_ptr<RequestStream> stream;
     };
     void admit(Submission& submission);
-    // Cancels the requests whose clients left; true if there were any.
+    // Cancels the requests whose clients left (all of them once the drain
+    // deadline has passed); true if there were any.
     bool cancel_abandoned();
+    void record_step(const StepOutput& out);
 
     Engine& engine_;
     EngineLoopConfig config_;
-    mutable std::mutex mutex_;
+    mutable std::mutex mutex_;  // guards the queue, the stop state, the counters
     std::condition_variable wake_;
     std::deque<Submission> submissions_;
+    bool stopping_ = false;
+    Clock::time_point drain_deadline_ = Clock::time_point::max();
+    EngineLoopStats counters_;  // the counters (the gauges are below)
+
+    // The engine thread's own state.
     std::map<int64_t, std::shared_ptr<RequestStream>>
         live_;  // by engine id: admitted, not finished
-    bool stopping_ = false;
-    EngineLoopStats stats_;
+
+    // Gauges, written by the engine thread and read by any handler.
+    std::atomic<int64_t> queued_{0};  // submitted, not yet admitted
+    std::atomic<int64_t> engine_waiting_{0};
+    std::atomic<int64_t> engine_running_{0};
+    std::atomic<int64_t> kv_blocks_used_{0};
 };
 
 }  // namespace servelab

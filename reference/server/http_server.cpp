@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "reference/model/chat_format.h"
+#include "reference/server/http_listener.h"
 #include "reference/server/openai_responses.h"
 
 namespace servelab {
@@ -33,6 +34,10 @@ std::string sse(const nlohmann::json& chunk) {
     return "data: " + to_text(chunk) + "\n\n";
 }
 
+ApiError overloaded(const std::string& message) {
+    return {503, "server_error", message, "", "overloaded"};
+}
+
 // Counts a handler as in flight for the graceful shutdown.
 class InFlight {
   public:
@@ -43,16 +48,43 @@ class InFlight {
     std::atomic<int64_t>& count_;
 };
 
+bool any_cancelled(const std::vector<GenerationResult>& results) {
+    for (const GenerationResult& result : results) {
+        if (result.finish_reason == FinishReason::kCancelled) return true;
+    }
+    return false;
+}
+
 }  // namespace
 
 OpenAiServer::OpenAiServer(const Model& model, EngineLoop& loop, ServerOptions options)
-    : model_(model),
-      loop_(loop),
-      options_(std::move(options)),
-      http_(std::make_unique<httplib::Server>()) {
+    : model_(model), loop_(loop), options_(std::move(options)) {
     limits_.model_name = options_.model_name;
     limits_.context_length = model.config.context_length;
     limits_.vocab_size = model.config.vocab_size;
+
+    ListenerLimits listener;
+    listener.max_connections = options_.max_connections;
+    listener.header_timeout = options_.header_timeout;
+    listener.body_timeout = options_.body_timeout;
+    http_ = std::make_unique<HttpListener>(
+        listener,
+        [](int status, const std::string& message) {
+            return to_text(
+                error_body({status, status >= 500 ? "server_error" : "invalid_request_error",
+                            message, "", status == 503 ? "overloaded" : ""}));
+        },
+        [this](const Refusal& refusal) {
+            metrics_.record_http_error(refusal.status);
+            // A generation request refused before it was read still counts
+            // among the requests sent: success + cancelled + rejected = sent.
+            if (refusal.status == 503 && refusal.method == "POST" &&
+                refusal.path.rfind("/v1/", 0) == 0) {
+                metrics_.record_request_rejected();
+            }
+        });
+    // Bodies are read by the handlers (read_body); this bounds what the
+    // library itself would read for a route without a content reader.
     http_->set_payload_max_length(size_t(options_.max_body_bytes));
     // Bind exclusively. httplib's default options add SO_REUSEPORT, which
     // lets a second server bind the same port and the kernel split the
@@ -63,28 +95,34 @@ OpenAiServer::OpenAiServer(const Model& model, EngineLoop& loop, ServerOptions o
         int yes = 1;
         setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     });
-    const int threads = options_.num_http_threads;
-    http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+    add_routes();
+}
 
-    http_->set_pre_routing_handler(
-        [this](const httplib::Request& request, httplib::Response& response) {
-            if (options_.api_key.empty() || request.path.rfind("/v1/", 0) != 0) {
-                return httplib::Server::HandlerResponse::Unhandled;
-            }
-            if (request.get_header_value("Authorization") != "Bearer " + options_.api_key) {
-                send_error(response, {401, "invalid_request_error",
-                                      "missing or wrong API key (Authorization: Bearer <key>)", "",
-                                      "invalid_api_key"});
-                return httplib::Server::HandlerResponse::Handled;
-            }
+OpenAiServer::~OpenAiServer() = default;
+
+void OpenAiServer::add_routes() {
+    using httplib::ContentReader;
+    using httplib::Request;
+    using httplib::Response;
+    http_->set_pre_routing_handler([this](const Request& request, Response& response) {
+        if (options_.api_key.empty() || request.path.rfind("/v1/", 0) != 0) {
             return httplib::Server::HandlerResponse::Unhandled;
-        });
-    http_->Get("/health", [this](const httplib::Request&, httplib::Response& response) {
+        }
+        if (request.get_header_value("Authorization") != "Bearer " + options_.api_key) {
+            send_error(response, {401, "invalid_request_error",
+                                  "missing or wrong API key (Authorization: Bearer <key>)", "",
+                                  "invalid_api_key"});
+            close_after(request, response);  // its body was not read
+            return httplib::Server::HandlerResponse::Handled;
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+    });
+    http_->Get("/health", [this](const Request&, Response& response) {
         response.status = draining_ ? 503 : 200;
         response.set_content(draining_ ? R"({"status":"draining"})" : R"({"status":"ok"})",
                              "application/json");
     });
-    http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {
+    http_->Get("/v1/models", [this](const Request&, Response& response) {
         const nlohmann::json body = {{"object", "list"},
                                      {"data",
                                       {{{"id", options_.model_name},
@@ -93,33 +131,42 @@ OpenAiServer::OpenAiServer(const Model& model, EngineLoop& loop, ServerOptions o
                                         {"owned_by", "servelab"}}}}};
         response.set_content(to_text(body), "application/json");
     });
-    http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
+    http_->Get("/metrics", [this](const Request&, Response& response) {
         response.set_content(metrics_.render(loop_.stats()), "text/plain; version=0.0.4");
     });
-    http_->Post("/v1/completions",
-                [this](const httplib::Request& request, httplib::Response& response) {
-                    handle_generation(request, response, false);
-                });
-    http_->Post("/v1/chat/completions",
-                [this](const httplib::Request& request, httplib::Response& response) {
-                    handle_generation(request, response, true);
-                });
-    // Anything httplib answers on its own (unknown route, 413 body too large,
-    // 400 unparsable HTTP) still gets an OpenAI-style body.
-    http_->set_error_handler([this](const httplib::Request&, httplib::Response& response) {
+    using WithReader = httplib::Server::HandlerWithContentReader;
+    http_->Post("/v1/completions", WithReader([this](const Request& request, Response& response,
+                                                     const ContentReader& reader) {
+                    handle_generation(request, response, reader, false);
+                }));
+    http_->Post(
+        "/v1/chat/completions",
+        WithReader([this](const Request& request, Response& response, const ContentReader& reader) {
+            handle_generation(request, response, reader, true);
+        }));
+    // Every other route that may carry a body is answered without reading
+    // it: left to the library, a chunked body would be read whole into
+    // memory before the 404, whatever its size.
+    const WithReader no_such_route = [this](const Request& request, Response& response,
+                                            const ContentReader&) {
+        send_error(response, {404, "invalid_request_error", "no such route", "", ""});
+        close_after(request, response);
+    };
+    http_->Post(".*", no_such_route);
+    http_->Put(".*", no_such_route);
+    http_->Patch(".*", no_such_route);
+    http_->Delete(".*", no_such_route);
+    // Anything httplib answers on its own (unknown route, 400 unparsable
+    // HTTP) still gets an OpenAI-style body.
+    http_->set_error_handler([this](const Request&, Response& response) {
         if (!response.body.empty()) return;
         const std::string message =
-            response.status == 404 ? "no such route"
-            : response.status == 413
-                ? fmt::format("the request body exceeds {} bytes", options_.max_body_bytes)
-                : fmt::format("HTTP {}", response.status);
+            response.status == 404 ? "no such route" : fmt::format("HTTP {}", response.status);
         send_error(response, {response.status,
                               response.status >= 500 ? "server_error" : "invalid_request_error",
                               message, "", ""});
     });
 }
-
-OpenAiServer::~OpenAiServer() = default;
 
 int OpenAiServer::bind() {
     const int port = options_.port == 0
@@ -135,26 +182,76 @@ int OpenAiServer::bind() {
 }
 
 void OpenAiServer::run() {
-    http_->listen_after_bind();
+    http_->serve();
 }
 
 void OpenAiServer::stop() {
     draining_ = true;
-    loop_.stop();  // admitted requests run to their end
+    http_->begin_drain();
+    loop_.stop(options_.drain_timeout);  // then whatever still runs is cancelled
     // Let the handlers write their last bytes before the listener closes.
+    // Bounded: every choice ends by the drain timeout, and every write has a deadline.
     while (in_flight_ > 0) std::this_thread::sleep_for(Milliseconds(10));
     http_->stop();
 }
 
 void OpenAiServer::send_error(httplib::Response& response, const ApiError& error) {
     metrics_.record_http_error(error.status);
+    if (error.status == 503) metrics_.record_request_rejected();
     response.status = error.status;
     response.set_content(to_text(error_body(error)), "application/json");
 }
 
+void OpenAiServer::close_after(const httplib::Request& request, httplib::Response& response) {
+    http_->close_after_response(request);
+    response.set_header("Connection", "close");
+}
+
+bool OpenAiServer::read_body(const httplib::Request& request, httplib::Response& response,
+                             const httplib::ContentReader& content_reader, std::string& body) {
+    const int64_t limit = options_.max_body_bytes;
+    const ApiError too_large{
+        413, "invalid_request_error",
+        fmt::format("the request body exceeds {} bytes (--max-body-bytes)", limit), "", ""};
+    // A declared length over the limit is refused before a byte is read.
+    if (request.has_header("Content-Length")) {
+        const std::string declared = request.get_header_value("Content-Length");
+        if (declared.size() > 18 || std::stoll("0" + declared) > limit) {
+            send_error(response, too_large);
+            close_after(request, response);
+            return false;
+        }
+    }
+    bool over_limit = false;
+    const bool complete = content_reader([&](const char* data, size_t length) {
+        if (int64_t(body.size() + length) > limit) {
+            over_limit = true;
+            return false;  // stop reading: memory stays bounded by the limit
+        }
+        body.append(data, length);
+        return true;
+    });
+    if (over_limit) {
+        send_error(response, too_large);
+        close_after(request, response);
+        return false;
+    }
+    if (!complete) {
+        send_error(response,
+                   {400, "invalid_request_error",
+                    fmt::format("the request body was malformed, cut short, or not received "
+                                "within {} s",
+                                options_.body_timeout.count() / 1000.0),
+                    "", ""});
+        close_after(request, response);
+        return false;
+    }
+    return true;
+}
+
 std::vector<TokenId> OpenAiServer::prompt_of(const ApiRequest& request) const {
     if (request.chat) {
-        return model_.tokenizer.encode(format_chatml(request.messages, true), true);
+        return encode_chatml(model_.tokenizer, request.messages, true, options_.special_tokens);
     }
     if (!request.prompt_ids.empty()) return request.prompt_ids;
     std::vector<TokenId> ids = model_.tokenizer.encode(request.prompt_text, false);
@@ -164,15 +261,46 @@ std::vector<TokenId> OpenAiServer::prompt_of(const ApiRequest& request) const {
     return ids;
 }
 
+bool OpenAiServer::wait_for_results(const httplib::Request& request,
+                                    std::vector<std::shared_ptr<RequestStream>>& streams,
+                                    std::vector<GenerationResult>& results, std::string& error) {
+    // With no write to fail, the only way to notice a client that left is
+    // to look, every 100 ms whether tokens are arriving or not.
+    const auto check_every = Milliseconds(100);
+    auto next_check = std::chrono::steady_clock::now() + check_every;
+    for (auto& stream : streams) {
+        StreamEvent event;
+        while (true) {
+            if (stream->next(event, check_every) && event.kind == StreamEvent::Kind::kEnd) break;
+            if (std::chrono::steady_clock::now() < next_check) continue;
+            next_check = std::chrono::steady_clock::now() + check_every;
+            if (!http_->client_connected(request)) {
+                for (auto& other : streams) other->cancel();
+                return false;
+            }
+        }
+        if (!event.result) {
+            for (auto& other : streams) other->cancel();
+            error = event.error;
+            return true;
+        }
+        results.push_back(std::move(*event.result));
+    }
+    return true;
+}
+
 void OpenAiServer::handle_generation(const httplib::Request& http_request,
-                                     httplib::Response& response, bool chat) {
+                                     httplib::Response& response,
+                                     const httplib::ContentReader& content_reader, bool chat) {
     InFlight in_flight(in_flight_);
     if (draining_) {
-        send_error(response,
-                   {503, "server_error", "the server is shutting down", "", "overloaded"});
+        send_error(response, overloaded("the server is shutting down"));
+        close_after(http_request, response);
         return;
     }
-    const nlohmann::json body = nlohmann::json::parse(http_request.body, nullptr, false);
+    std::string text;
+    if (!read_body(http_request, response, content_reader, text)) return;
+    const nlohmann::json body = nlohmann::json::parse(text, nullptr, false);
     if (body.is_discarded()) {
         send_error(response, {400, "invalid_request_error", "the body is not valid JSON", "", ""});
         return;
@@ -203,18 +331,28 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
                     "max_tokens", "context_length_exceeded"});
         return;
     }
+    // n choices are admitted together; more than the queue holds could
+    // never be, however idle the server.
+    if (request.n > loop_.max_waiting()) {
+        send_error(response, {400, "invalid_request_error",
+                              fmt::format("n = {} choices can never be admitted together: the "
+                                          "server queues at most {} (--max-waiting)",
+                                          request.n, loop_.max_waiting()),
+                              "n", ""});
+        return;
+    }
     request.params.max_tokens = int32_t(std::min<int64_t>(request.params.max_tokens, room));
 
+    std::vector<SamplingParams> choices;
+    for (int i = 0; i < request.n; ++i) {
+        choices.push_back(request.params);
+        choices.back().seed = request.params.seed + uint64_t(i);
+    }
     std::vector<std::shared_ptr<RequestStream>> streams;
     try {
-        for (int i = 0; i < request.n; ++i) {
-            SamplingParams params = request.params;
-            params.seed = request.params.seed + uint64_t(i);
-            streams.push_back(loop_.submit(prompt, params));
-        }
+        streams = loop_.submit_group(prompt, choices);
     } catch (const QueueFull& e) {
-        for (auto& stream : streams) stream->cancel();
-        send_error(response, {503, "server_error", e.what(), "", "overloaded"});
+        send_error(response, overloaded(e.what()));
         return;
     }
     const ResponseHeader header{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++),
@@ -223,19 +361,24 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
 
     if (!request.stream) {
         std::vector<GenerationResult> results;
-        for (auto& stream : streams) {
-            StreamEvent event;
-            while (true) {
-                if (!stream->next(event, Milliseconds(1000))) continue;
-                if (event.kind == StreamEvent::Kind::kEnd) break;
-            }
-            if (!event.result) {
-                for (auto& other : streams) other->cancel();
-                send_error(response, {400, "invalid_request_error", event.error, "", ""});
-                return;
-            }
-            metrics_.record(*event.result);
-            results.push_back(std::move(*event.result));
+        std::string error;
+        if (!wait_for_results(http_request, streams, results, error)) {
+            metrics_.record_request_cancelled();  // no one is left to answer
+            close_after(http_request, response);
+            return;
+        }
+        if (!error.empty()) {
+            send_error(response, {400, "invalid_request_error", error, "", ""});
+            return;
+        }
+        for (const GenerationResult& result : results) {
+            if (result.finish_reason != FinishReason::kCancelled) metrics_.record(result);
+        }
+        // Cut short by the drain timeout: answered, with finish_reason "cancelled".
+        if (any_cancelled(results)) {
+            metrics_.record_request_cancelled();
+        } else {
+            metrics_.record_request_success();
         }
         response.set_content(to_text(completion_response(header, results, prompt_tokens)),
                              "application/json");
@@ -244,36 +387,41 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
 
     // Streaming: the provider runs on this connection's thread until every
     // choice has ended (or the client is gone).
-    auto state = std::make_shared<std::vector<std::shared_ptr<RequestStream>>>(std::move(streams));
+    struct Streamed {
+        std::vector<std::shared_ptr<RequestStream>> streams;
+        bool outcome_recorded = false;
+    };
+    auto state = std::make_shared<Streamed>();
+    state->streams = std::move(streams);
     const bool include_usage = request.include_usage;
     ++in_flight_;  // released when the provider is done (it outlives this handler)
     response.set_chunked_content_provider(
         "text/event-stream",
         [this, state, header, prompt_tokens, include_usage](size_t, httplib::DataSink& sink) {
-            std::vector<bool> first(state->size(), true);
-            std::vector<bool> ended(state->size(), false);
+            std::vector<std::shared_ptr<RequestStream>>& streams = state->streams;
+            std::vector<bool> first(streams.size(), true);
+            std::vector<bool> ended(streams.size(), false);
             int64_t completion_tokens = 0;
             size_t num_ended = 0;
+            bool cut_short = false;  // a choice ended "cancelled" (the drain timed out)
+            bool failed = false;     // the engine refused a choice
             const auto write = [&sink](const std::string& text) {
                 return sink.is_writable() && sink.write(text.data(), text.size());
             };
-            const auto client_gone = [&] {
-                for (auto& stream : *state) stream->cancel();
-                return false;
-            };
-            while (num_ended < state->size()) {
-                for (size_t i = 0; i < state->size(); ++i) {
+            while (num_ended < streams.size()) {
+                for (size_t i = 0; i < streams.size(); ++i) {
                     if (ended[i]) continue;
                     StreamEvent event;
                     // Short waits, so a client that left is noticed quickly.
-                    if (!(*state)[i]->next(event, Milliseconds(state->size() > 1 ? 5 : 100))) {
-                        if (!sink.is_writable()) return client_gone();
+                    if (!streams[i]->next(event, Milliseconds(streams.size() > 1 ? 5 : 100))) {
+                        if (!sink.is_writable())
+                            return false;  // the client left: the releaser cancels
                         continue;
                     }
                     if (event.kind == StreamEvent::Kind::kText) {
                         if (!write(
                                 sse(stream_chunk(header, int(i), event.text, nullptr, first[i])))) {
-                            return client_gone();
+                            return false;  // the client left: the releaser cancels
                         }
                         first[i] = false;
                         continue;
@@ -281,24 +429,45 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
                     ended[i] = true;
                     ++num_ended;
                     if (!event.result) {  // the engine refused it: an error event, then the end
+                        failed = true;
                         write(sse(error_body({400, "invalid_request_error", event.error, "", ""})));
                         continue;
                     }
-                    metrics_.record(*event.result);
+                    if (event.result->finish_reason == FinishReason::kCancelled) {
+                        cut_short = true;
+                    } else {
+                        metrics_.record(*event.result);
+                    }
                     completion_tokens += int64_t(event.result->tokens.size());
                     if (!write(sse(stream_chunk(header, int(i), "",
                                                 finish_reason_name(event.result->finish_reason),
                                                 first[i])))) {
-                        return client_gone();
+                        return false;  // the client left: the releaser cancels
                     }
                 }
             }
             if (include_usage) write(sse(usage_chunk(header, prompt_tokens, completion_tokens)));
             write("data: [DONE]\n\n");
             sink.done();
+            state->outcome_recorded = true;
+            if (failed) {
+                metrics_.record_http_error(400);
+            } else if (cut_short) {
+                metrics_.record_request_cancelled();
+            } else {
+                metrics_.record_request_success();
+            }
             return true;
         },
-        [this](bool) { --in_flight_; });
+        // Runs however the response ended, even when the client left before
+        // the provider ever ran (the headers could not be written).
+        [this, state](bool) {
+            if (!state->outcome_recorded) {
+                for (auto& stream : state->streams) stream->cancel();
+                metrics_.record_request_cancelled();
+            }
+            --in_flight_;
+        });
 }
 
 }  // namespace servelab

@@ -1,34 +1,42 @@
 // http_server.h — the OpenAI-compatible HTTP front of the engine loop.
 //
-// Part of the serving layer (issue 10, chapter 11.7). Routes:
+// Part of the serving layer (chapter 11.7). Routes:
 //   POST /v1/completions, /v1/chat/completions   whole JSON, or server-sent
 //        events ("data: {chunk}\n\n" … "data: [DONE]\n\n") with "stream": true
 //   GET  /v1/models, /health, /metrics (Prometheus text)
 // Each HTTP request becomes n requests of the one EngineLoop (completion i
-// seeded seed + i). Errors are OpenAI-style bodies with a 4xx or 5xx status
-// (openai_protocol.h); a streaming client that disconnects has its requests
-// cancelled. With an API key, /v1/* require "Authorization: Bearer <key>".
+// seeded seed + i), admitted together or not at all. Errors are
+// OpenAI-style bodies with a 4xx or 5xx status (openai_protocol.h). A client
+// that disconnects, streaming or not, has its requests cancelled. With an
+// API key, /v1/* require "Authorization: Bearer <key>". Connections,
+// deadlines and pipelining are the listener's (http_listener.h); bodies
+// are read here, never past --max-body-bytes, chunked or not.
 // stop() is the graceful shutdown (SIGTERM): new requests get 503, admitted
-// ones run to their end and are answered, then the listener closes.
+// ones run to their end and are answered (cancelled and answered once the
+// drain timeout passes), then the listener closes.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "reference/model/chat_format.h"
 #include "reference/model/model.h"
 #include "reference/server/engine_loop.h"
 #include "reference/server/openai_protocol.h"
 #include "reference/server/server_metrics.h"
 
 namespace httplib {
-class Server;
 struct Request;
 struct Response;
+class ContentReader;
 }  // namespace httplib
 
 namespace servelab {
+
+class HttpListener;
 
 struct ServerOptions {
     std::string host = "127.0.0.1";
@@ -36,7 +44,11 @@ struct ServerOptions {
     std::string api_key;  // empty: no authentication
     std::string model_name;
     int64_t max_body_bytes = 1 << 20;
-    int num_http_threads = 64;  // concurrent connections served
+    int max_connections = 512;                       // requests served at once
+    std::chrono::milliseconds header_timeout{5000};  // connect → whole request head
+    std::chrono::milliseconds body_timeout{30000};   // head → whole body
+    std::chrono::milliseconds drain_timeout{30000};  // SIGTERM → running requests cancelled
+    SpecialTokensInMessages special_tokens = SpecialTokensInMessages::kParse;
 };
 
 class OpenAiServer {
@@ -53,7 +65,22 @@ class OpenAiServer {
     void stop();
 
   private:
-    void handle_generation(const httplib::Request& request, httplib::Response& response, bool chat);
+    void add_routes();
+    void handle_generation(const httplib::Request& request, httplib::Response& response,
+                           const httplib::ContentReader& content_reader, bool chat);
+    // Reads the body into `body`, never more than max_body_bytes of it
+    // (Content-Length or chunked); false after answering 413 or 400.
+    bool read_body(const httplib::Request& request, httplib::Response& response,
+                   const httplib::ContentReader& content_reader, std::string& body);
+    // For an answer sent before the body was read (or after reading stopped
+    // partway): the connection closes after it, since what follows in the
+    // stream is not a request.
+    void close_after(const httplib::Request& request, httplib::Response& response);
+    // Waits for every choice's end, cancelling them all if the client leaves;
+    // false when it left (nothing is answered then).
+    bool wait_for_results(const httplib::Request& request,
+                          std::vector<std::shared_ptr<RequestStream>>& streams,
+                          std::vector<GenerationResult>& results, std::string& error);
     void send_error(httplib::Response& response, const ApiError& error);
     std::vector<TokenId> prompt_of(const ApiRequest& request) const;
 
@@ -62,7 +89,7 @@ class OpenAiServer {
     ServerOptions options_;
     ProtocolLimits limits_;
     ServerMetrics metrics_;
-    std::unique_ptr<httplib::Server> http_;
+    std::unique_ptr<HttpListener> http_;
     std::atomic<bool> draining_{false};
     std::atomic<int64_t> in_flight_{0};
     std::atomic<int64_t> next_id_{0};

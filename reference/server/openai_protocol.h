@@ -1,6 +1,6 @@
 // openai_protocol.h — OpenAI-compatible request bodies in, engine parameters out.
 //
-// Part of the serving layer (issue 10, chapter 11.7). The HTTP layer hands
+// Part of the serving layer (chapter 11.7). The HTTP layer hands
 // a parsed JSON body here and gets back either a request the engine can run
 // or an ApiError: the HTTP status and the OpenAI-style error body
 //   {"error": {"message": …, "type": "invalid_request_error", "param": …, "code": …}}

@@ -1,6 +1,6 @@
 // openai_responses.h — the JSON bodies the server sends back, in OpenAI's shapes.
 //
-// Part of the serving layer (issue 10, chapter 11.7). Completions and chat
+// Part of the serving layer (chapter 11.7). Completions and chat
 // completions, whole or as server-sent-event chunks, and the usage block.
 // Field names and object types follow OpenAI's API reference, so the
 // official client parses them.

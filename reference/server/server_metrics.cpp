@@ -57,7 +57,21 @@ void ServerMetrics::record(const GenerationResult& result) {
     prompt_tokens_ += int64_t(result.prompt_tokens.size());
     generation_tokens_ += int64_t(result.tokens.size());
     cached_prompt_tokens_ += result.cached_prompt_tokens;
+}
+
+void ServerMetrics::record_request_success() {
+    std::lock_guard lock(mutex_);
     ++requests_ok_;
+}
+
+void ServerMetrics::record_request_cancelled() {
+    std::lock_guard lock(mutex_);
+    ++requests_cancelled_;
+}
+
+void ServerMetrics::record_request_rejected() {
+    std::lock_guard lock(mutex_);
+    ++requests_rejected_;
 }
 
 void ServerMetrics::record_http_error(int status) {
@@ -99,12 +113,18 @@ std::string ServerMetrics::render(const EngineLoopStats& loop) const {
                   "speculative drafts verified", double(loop.total_drafted_tokens));
     out += metric("counter", "servelab_spec_decode_accepted_tokens_total",
                   "speculative drafts accepted", double(loop.total_accepted_tokens));
-    out += metric("counter", "servelab_request_success_total", "requests that finished",
-                  double(requests_ok_));
+    out += metric("counter", "servelab_request_success_total",
+                  "HTTP generation requests answered in full", double(requests_ok_));
     out += metric("counter", "servelab_request_cancelled_total",
-                  "requests cancelled because their client left", double(loop.total_cancelled));
+                  "HTTP generation requests cancelled: the client left, or the drain timed out",
+                  double(requests_cancelled_));
     out += metric("counter", "servelab_request_rejected_total",
-                  "requests refused because the queue was full", double(loop.total_rejected));
+                  "HTTP generation requests refused with 503 (at capacity, or shutting down)",
+                  double(requests_rejected_));
+    out += metric("counter", "servelab_choices_finished_total",
+                  "choices (n per request) that ran to their end", double(loop.total_finished));
+    out += metric("counter", "servelab_choices_cancelled_total",
+                  "choices (n per request) cancelled", double(loop.total_cancelled));
     out +=
         metric("counter", "servelab_http_4xx_total", "client errors answered", double(http_4xx_));
     out +=

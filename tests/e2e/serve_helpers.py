@@ -100,3 +100,14 @@ def post_head(path, body_length=None, chunked=False, extra=""):
     else:
         head += f"Content-Length: {body_length}\r\n"
     return (head + extra + "\r\n").encode()
+
+
+def ttft_s(client, prompt, results, key):
+    """Streams a 2-token completion of `prompt`; results[key] = seconds to its first chunk."""
+    start = time.perf_counter()
+    stream = client.completions.create(model="tiny", prompt=prompt, max_tokens=2, stream=True)
+    for _ in stream:
+        results[key] = time.perf_counter() - start
+        break
+    for _ in stream:
+        pass

@@ -131,13 +131,25 @@ if(Python3_Interpreter_FOUND)
   set_tests_properties(tp_cli PROPERTIES LABELS "tp" TIMEOUT 600)
 endif()
 
-# The OpenAI-compatible server (issue 10), label "serve": the official
-# `openai` client (tools/requirements.txt) against `servelab serve` —
-# completions and chat, streaming, 64 concurrent clients against offline
-# generation, errors, disconnects, a bounded HTTP fuzz run, SIGTERM.
+# The OpenAI-compatible server, label "serve": the official `openai` client
+# (tools/requirements.txt) against `servelab serve` — completions and chat,
+# streaming, 64 concurrent clients against offline generation, errors,
+# disconnects, a bounded HTTP fuzz run, SIGTERM. serve_reliability holds it
+# against hostile and careless clients (slow headers, chunked bodies over the
+# limit, pipelining, a taken port, disconnects, fair prefill, the drain, 200
+# concurrent streams), each check bounded in time; serve_soak repeats the
+# 200-stream round for 10 minutes (label "slow").
 if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
   add_test(NAME serve_openai_client
     COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_openai_server.py
             --servelab $<TARGET_FILE:servelab>)
   set_tests_properties(serve_openai_client PROPERTIES LABELS "serve" TIMEOUT 600)
+  add_test(NAME serve_reliability
+    COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_server_reliability.py
+            --servelab $<TARGET_FILE:servelab>)
+  set_tests_properties(serve_reliability PROPERTIES LABELS "serve" TIMEOUT 600)
+  add_test(NAME serve_soak
+    COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_server_reliability.py
+            --servelab $<TARGET_FILE:servelab> --only many_streams --soak-seconds 600)
+  set_tests_properties(serve_soak PROPERTIES LABELS "serve;slow" TIMEOUT 1200)
 endif()

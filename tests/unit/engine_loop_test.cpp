@@ -1,4 +1,4 @@
-// engine_loop_test.cpp — many threads feeding one engine loop (issue 10, the serving layer).
+// engine_loop_test.cpp — many threads feeding one engine loop (the serving layer).
 //
 // The server's HTTP handlers run on a thread pool and hand requests to one
 // engine thread (reference/server/engine_loop.h). Checked here without HTTP:
@@ -7,9 +7,13 @@
 //   a cancelled stream ends with finish reason "cancelled" and its blocks
 //     come back;
 //   a full waiting queue refuses at once (QueueFull), and stop() drains
-//     every admitted request to its end.
+//     every admitted request to its end, or cancels it at the drain deadline;
+//   a group (an HTTP request's n choices) is admitted whole or not at all;
+//   the gauges say what runs while a step is still computing.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "reference/server/engine_loop.h"
@@ -144,6 +148,121 @@ TEST_F(EngineLoopTest, AFullQueueRefusesAtOnceAndStopDrainsTheAdmitted) {
         ASSERT_TRUE(end.result.has_value()) << end.error;
         EXPECT_EQ(end.result->tokens.size(), 40u) << "stop() lets admitted requests finish";
     }
+}
+
+TEST_F(EngineLoopTest, AGroupIsAdmittedWholeOrNotAtAll) {
+    EngineConfig config;
+    config.scheduler.max_num_seqs = 1;
+    Engine engine(*model_, *runner_, config);
+    EngineLoop loop(engine, {.max_waiting = 4});
+    SamplingParams params;
+    params.max_tokens = 3;
+    const std::vector<TokenId> prompt = random_prompt(6);
+    // The loop is not running yet: submissions stay queued and count as waiting.
+    const auto three = loop.submit_group(prompt, std::vector<SamplingParams>(3, params));
+    EXPECT_EQ(three.size(), 3u);
+    EXPECT_EQ(loop.stats().num_waiting, 3);
+    EXPECT_THROW(loop.submit_group(prompt, std::vector<SamplingParams>(2, params)), QueueFull)
+        << "2 more choices do not fit under max_waiting 4 beside 3";
+    EXPECT_EQ(loop.stats().num_waiting, 3)
+        << "a refused group must queue none of its choices (it was admitted in part)";
+    const auto one = loop.submit_group(prompt, {params});
+    EXPECT_EQ(loop.stats().num_waiting, 4);
+    LoopThread engine_thread(loop);
+    for (const auto& stream : three) {
+        std::string text;
+        EXPECT_TRUE(read_to_end(*stream, text).result.has_value());
+    }
+    std::string text;
+    EXPECT_TRUE(read_to_end(*one.front(), text).result.has_value());
+    engine_thread.finish();
+    EXPECT_EQ(loop.stats().total_finished, 4);
+    EXPECT_EQ(loop.stats().num_waiting, 0);
+}
+
+// A runner that holds every forward pass until opened, so that a step is
+// still computing when the gauges are read.
+class GatedRunner : public StepRunner {
+  public:
+    explicit GatedRunner(StepRunner& inner) : inner_(inner) {}
+    StepResult run_step(const StepBatch& batch, PagedKvCache& cache) override {
+        std::unique_lock lock(mutex_);
+        entered_ = true;
+        changed_.notify_all();
+        changed_.wait(lock, [&] { return open_; });
+        lock.unlock();
+        return inner_.run_step(batch, cache);
+    }
+    int64_t num_tokens_computed() const override { return inner_.num_tokens_computed(); }
+    bool wait_entered(std::chrono::milliseconds timeout) {
+        std::unique_lock lock(mutex_);
+        return changed_.wait_for(lock, timeout, [&] { return entered_; });
+    }
+    void open() {
+        std::lock_guard lock(mutex_);
+        open_ = true;
+        changed_.notify_all();
+    }
+
+  private:
+    StepRunner& inner_;
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    bool entered_ = false;
+    bool open_ = false;
+};
+
+TEST_F(EngineLoopTest, TheDrainDeadlineCancelsWhatStillRuns) {
+    GatedRunner gated(*runner_);
+    Engine engine(*model_, gated, EngineConfig{});
+    EngineLoop loop(engine, {});
+    SamplingParams params;
+    params.max_tokens = int32_t(model_->config.context_length - 8);
+    params.ignore_eos = true;
+    std::shared_ptr<RequestStream> stream = loop.submit(random_prompt(4), params);
+    LoopThread engine_thread(loop);
+    // The request is inside its first step when the drain's deadline passes.
+    ASSERT_TRUE(gated.wait_entered(std::chrono::milliseconds(30000)));
+    loop.stop(std::chrono::milliseconds(0));
+    loop.stop();  // a later stop without a deadline must not lift the first one's
+    gated.open();
+    std::string text;
+    const StreamEvent end = read_to_end(*stream, text);
+    ASSERT_TRUE(end.result.has_value()) << end.error;
+    EXPECT_EQ(end.result->finish_reason, FinishReason::kCancelled)
+        << "a request still running at the drain deadline must be cancelled, not run to its "
+           "end (its "
+        << params.max_tokens << " tokens)";
+    EXPECT_LT(end.result->tokens.size(), size_t(params.max_tokens));
+    engine_thread.finish();
+    EXPECT_EQ(loop.stats().total_cancelled, 1);
+    EXPECT_EQ(loop.stats().total_finished, 0);
+}
+
+TEST_F(EngineLoopTest, GaugesSayWhatRunsWhileTheStepComputes) {
+    GatedRunner gated(*runner_);
+    Engine engine(*model_, gated, EngineConfig{});
+    EngineLoop loop(engine, {});
+    LoopThread engine_thread(loop);
+    SamplingParams params;
+    params.max_tokens = 2;
+    std::shared_ptr<RequestStream> a = loop.submit(random_prompt(30), params);
+    std::shared_ptr<RequestStream> b = loop.submit(random_prompt(20), params);
+    ASSERT_TRUE(gated.wait_entered(std::chrono::milliseconds(30000)));
+    // The first step is inside its forward pass: no step has ended yet.
+    const EngineLoopStats during = loop.stats();
+    EXPECT_EQ(during.total_steps, 0);
+    EXPECT_GE(during.num_running, 1)
+        << "num_running read while the first step computes must count its requests, not "
+           "wait for the step to end (the gauges are refreshed only when a step ends)";
+    EXPECT_EQ(during.num_running + during.num_waiting, 2);
+    EXPECT_GT(during.num_kv_blocks_used, 0);
+    gated.open();
+    std::string text;
+    EXPECT_TRUE(read_to_end(*a, text).result.has_value());
+    EXPECT_TRUE(read_to_end(*b, text).result.has_value());
+    engine_thread.finish();
+    EXPECT_EQ(loop.stats().num_running, 0);
 }
 
 TEST_F(EngineLoopTest, BadParametersEndTheStreamWithTheEnginesError) {

@@ -192,7 +192,9 @@ TEST_F(EngineTest, StaticBatchingKeepsTheBatchUntilItsSlowestRequestEnds) {
         int64_t batch_size = std::min<int64_t>(3, 7 - 3 * batch);
         // Every step after the prefill computes exactly one token per row.
         const bool decode_step = out.num_prefill_tokens == 0;
-        if (decode_step) EXPECT_EQ(out.num_batched_tokens, batch_size) << "step " << step;
+        if (decode_step) {
+            EXPECT_EQ(out.num_batched_tokens, batch_size) << "step " << step;
+        }
         for (FinishedRequest& f : out.finished) results[f.request_id] = std::move(f.result);
     }
     for (int64_t batch_start : {3, 6}) {

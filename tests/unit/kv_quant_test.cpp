@@ -235,6 +235,28 @@ TEST(KvCacheBytes, ParsesMemorySizes) {
     }
 }
 
+TEST(KvCacheBytes, BudgetMustFitBesideTheModel) {
+    const int64_t gib = int64_t(1) << 30;
+    EXPECT_NO_THROW(check_kv_budget_fits(2 * gib, 24 * gib, gib, "physical memory"));
+    EXPECT_NO_THROW(check_kv_budget_fits(23 * gib, 24 * gib, gib, "physical memory"))
+        << "a budget that exactly fills what the model leaves must be accepted";
+    try {
+        check_kv_budget_fits(int64_t(1) << 40, 24 * gib, gib, "physical memory");
+        ADD_FAILURE() << "a 1 TiB KV budget on a 24 GiB machine must be refused at start";
+    } catch (const Error& e) {
+        const std::string message = e.what();
+        EXPECT_NE(message.find("--kv-memory"), std::string::npos)
+            << "the error must name the flag to change: " << message;
+        EXPECT_NE(message.find("23.00 GiB"), std::string::npos)
+            << "the error must say how much room is left: " << message;
+        EXPECT_EQ(message.find('\n'), std::string::npos) << "one line: " << message;
+    }
+    EXPECT_THROW(check_kv_budget_fits(gib + 1, 24 * gib, 23 * gib, "GPU memory"), Error)
+        << "the model's own bytes must be subtracted from the memory";
+    EXPECT_THROW(check_kv_budget_fits(1, gib, 2 * gib, "GPU memory"), Error)
+        << "a model larger than the memory leaves no room at all";
+}
+
 // The measurement the handout reports, on a few golden prompts: an int8
 // cache must keep nearly every greedy choice and small logit errors.
 TEST(KvQuant, SmolLm2Int8CacheKeepsGreedyChoices) {
