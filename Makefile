@@ -49,6 +49,7 @@ goldens: setup
 	@.venv/bin/python tools/make_tokenizer_goldens.py
 	@.venv/bin/python tools/make_llamacpp_goldens.py
 	@.venv/bin/python tools/make_dequant_goldens.py
+	@.venv/bin/python tools/make_chat_template_goldens.py
 
 # Grade a lab: make grade LAB=1 (builds the lab, runs its tests and its
 # throughput case against the reference, writes labs/labNN_<name>/results.json).
@@ -62,10 +63,10 @@ grade: setup
 bench: build
 	@build/release/servelab bench --model $(MODEL)
 
-# servelab serve against llama.cpp's OpenAI-compatible server, one trace at
-# several request rates (installs llama-cpp-python on first use: it builds
-# llama.cpp from source, several minutes). ARGS=... passes options through,
-# e.g. ARGS="--rates 1 2 --repetitions 3".
+# servelab serve against llama.cpp's llama-server (continuous batching on), one
+# trace at several concurrency levels and request rates (tools/build_peers.sh
+# builds llama-server from the pinned source on first use, 10 minutes or more
+# on 2 cores). ARGS=... passes options through, e.g. ARGS="--rates 1 2 --repetitions 3".
 serve-report: build
 	@$(PYTHON) tools/serve_side_by_side.py $(ARGS)
 

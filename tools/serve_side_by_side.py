@@ -1,28 +1,30 @@
 #!/usr/bin/env python3
 """serve_side_by_side.py — servelab's server and llama.cpp's, one trace, one machine.
 
-The serving benchmark of issue 10 (chapter 11.7), run from one command
-(`make serve-report`). It starts `servelab serve` and llama.cpp's
-OpenAI-compatible server (`python -m llama_cpp.server` from
-llama-cpp-python, installed into .venv on first use: it builds llama.cpp
-from source, several minutes) on the same GGUF with the same thread count,
-then replays the same trace against each with `servelab bench serve` at
-every request rate. Runs alternate between the servers (A B, then B A on
-the next repetition), so a slow patch of a shared machine hits both; the
-idle server sleeps meanwhile. Each (repetition, rate) draws its own prompts
-(--prompt-seed), the same for both servers, so neither replays prompts
-already in its cache.
+The serving benchmark (chapter 11.7), run from one command (`make
+serve-report`). It starts `servelab serve` at its defaults and llama.cpp's
+own C++ server, `llama-server` (built from the pinned llama-cpp-python
+sdist's source by tools/build_peers.sh into build/peers/bin, the same build
+`make cpu-report` uses; 10 minutes or more on 2 cores the first time), on
+the same GGUF with the same thread count. llama-server runs with continuous
+batching on and `-np` slots at least the highest concurrency, each slot
+with --context tokens, so neither server ever queues for want of a slot.
+Then it replays the same trace against each with `servelab bench serve`:
+  - closed-loop concurrency levels (--concurrency, default 1 4 8 16 32):
+    the requests all at once, at most C in flight;
+  - open-loop Poisson arrivals at each --rates value (default 1 and 4/s);
+  - optionally (--serial-requests) the first requests one at a time.
+Runs alternate between the servers (A B, then B A on the next repetition),
+so a slow patch of a shared machine hits both; the idle server sleeps
+meanwhile. Each run draws its own prompts (--prompt-seed), the same for
+both servers, so neither replays prompts already in its cache. Both
+generate exactly each request's output length (min_tokens = max_tokens)
+greedily.
 
-Prints one table (throughput and TTFT/TPOT/E2E percentiles per server and
-rate, and servelab's ratio to llama.cpp) and writes every run's full
-report to --out as JSON, which notebooks/serving_latency.ipynb plots.
-
-What differs between the two by design: servelab batches every running
-request into each forward pass (continuous batching, Lab 5); llama.cpp's
-Python server runs one request at a time (requests queue on a lock;
---interrupt_requests False so a new request waits instead of cutting off
-the running one). Both generate exactly each request's output length
-(min_tokens = max_tokens) greedily.
+Prints one table (throughput, TTFT and TPOT p50/p99, end-to-end latency and
+goodput per server and row, and servelab's ratio to llama.cpp) and writes
+every run's full report to --out as JSON, which
+notebooks/serving_latency.ipynb plots.
 """
 from __future__ import annotations
 
@@ -43,7 +45,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = ROOT / "data/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_BIN = ROOT / "build/release/servelab"
-PEER_REQUIREMENTS = ROOT / "tools/requirements-peers.txt"
 
 
 def log(message: str) -> None:
@@ -56,17 +57,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def ensure_llama_cpp_server() -> None:
-    """Installs llama-cpp-python[server] into this interpreter's environment if missing."""
-    try:
-        import llama_cpp.server.app  # noqa: F401
-        return
-    except ImportError:
-        pass
-    log(f"installing {PEER_REQUIREMENTS.name} (llama-cpp-python builds llama.cpp from source: "
-        "several minutes on 2 cores)")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-r", str(PEER_REQUIREMENTS)],
-                   check=True)
+def llama_server_binary() -> Path:
+    """llama.cpp's llama-server from the pinned source, built on first use."""
+    built = subprocess.run(["bash", str(ROOT / "tools/build_peers.sh"), "--print-dir"],
+                           capture_output=True, text=True)
+    if built.returncode != 0:
+        raise RuntimeError(f"tools/build_peers.sh failed:\n{built.stderr[-2000:]}")
+    binary = Path(built.stdout.strip().splitlines()[-1]) / "llama-server"
+    if not binary.is_file():
+        raise RuntimeError(f"tools/build_peers.sh built no llama-server at {binary}")
+    return binary
 
 
 class Server:
@@ -122,12 +122,13 @@ def start_servers(args, work_dir: Path) -> list[Server]:
                       port=port, log_path=work_dir / "servelab.log")]
     if not args.servelab_only:
         port = free_port()
+        slots = max([1, *args.concurrency])
         servers.append(Server("llama.cpp", [
-            sys.executable, "-m", "llama_cpp.server", "--model", str(args.model),
-            "--host", "127.0.0.1", "--port", str(port), "--model_alias", model_name,
-            "--n_ctx", str(args.context), "--n_threads", llama_threads,
-            "--n_threads_batch", llama_threads, "--interrupt_requests", "False"],
-            port=port, log_path=work_dir / "llama_cpp.log"))
+            str(args.llama_server), "--model", str(args.model), "--host", "127.0.0.1",
+            "--port", str(port), "--alias", model_name, "--threads", llama_threads,
+            "--threads-batch", llama_threads, "--parallel", str(slots),
+            "--ctx-size", str(args.context * slots), "--cont-batching"],
+            port=port, log_path=work_dir / "llama_server.log"))
     for server in servers:
         server.wait_ready(args.start_timeout_s)
         log(f"{server.name} is up at {server.url}")
@@ -192,13 +193,14 @@ def print_table(results: dict) -> None:
           f"{results['settings']['threads']} threads"
           + (f" (llama.cpp {results['settings']['llama_threads']})"
              if results['settings']['llama_threads'] else "")
-          + f"; {results['settings']['limit']} requests of "
+          + f"; {results['settings']['limit']} (or 2 x N) requests of "
           f"{Path(results['settings']['trace']).name} (prompts <= "
           f"{results['settings']['max_prompt']}, outputs <= {results['settings']['max_output']} "
           f"tokens); medians of {results['settings']['repetitions']} repetition(s); times in ms")
-    print("'serial': the first requests one at a time (no queueing, no batching)")
-    print(f"{'rate/s':>7} {'server':<10}" + "".join(f"{name:>11}" for name, _ in metrics))
-    rates = results["settings"]["rates"]
+    print("rows: 'cN' N requests in flight at once (closed loop); a number, Poisson arrivals "
+          "at that many requests/s; 'serial', the first requests one at a time")
+    print(f"{'row':>7} {'server':<10}" + "".join(f"{name:>11}" for name, _ in metrics))
+    rates = [f"c{c}" for c in results["settings"]["concurrency"]] + results["settings"]["rates"]
     if results["settings"]["serial_requests"] > 0:
         rates = ["serial"] + rates
     for rate in rates:
@@ -223,20 +225,27 @@ def main() -> int:
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--servelab-bin", type=Path, default=DEFAULT_BIN)
     parser.add_argument("--trace", type=Path, default=ROOT / "data/traces/sharegpt_like.jsonl")
-    parser.add_argument("--rates", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0],
+    parser.add_argument("--concurrency", type=int, nargs="*", default=[1, 4, 8, 16, 32],
+                        help="closed-loop levels: all requests at once, at most C in flight")
+    parser.add_argument("--rates", type=float, nargs="*", default=[1.0, 4.0],
                         help="Poisson request rates (requests/s)")
-    parser.add_argument("--limit", type=int, default=24, help="the trace's first N requests")
+    parser.add_argument("--limit", type=int, default=24,
+                        help="the trace's first N requests per rate (and per concurrency "
+                        "level, at least 2 x C)")
     parser.add_argument("--max-prompt", type=int, default=128)
     parser.add_argument("--max-output", type=int, default=64)
     parser.add_argument("--repetitions", type=int, default=1)
-    parser.add_argument("--serial-requests", type=int, default=4,
+    parser.add_argument("--serial-requests", type=int, default=0,
                         help="first, this many requests one at a time: each server unloaded "
                         "(0 = skip)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
                         help="servelab's threads, and llama.cpp's unless --llama-threads")
     parser.add_argument("--llama-threads", type=int, default=0,
                         help="llama.cpp's n_threads (default: --threads)")
-    parser.add_argument("--context", type=int, default=2048, help="llama.cpp's n_ctx")
+    parser.add_argument("--context", type=int, default=2048,
+                        help="llama-server's context per slot (its --ctx-size is this x slots)")
+    parser.add_argument("--llama-server", type=Path, default=None,
+                        help="llama-server binary (default: tools/build_peers.sh builds it)")
     parser.add_argument("--prompt-format", choices=["text", "ids"], default="text",
                         help="ids works only with --servelab-only")
     parser.add_argument("--vocab-size", type=int, default=49152)
@@ -254,8 +263,8 @@ def main() -> int:
             parser.error(f"no {what} at {path}")
     if args.prompt_format == "ids" and not args.servelab_only:
         parser.error("llama.cpp's server takes text prompts only: use --prompt-format text")
-    if not args.servelab_only:
-        ensure_llama_cpp_server()
+    if not args.servelab_only and args.llama_server is None:
+        args.llama_server = llama_server_binary()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     work_dir = args.out.parent / (args.out.stem + "_logs")
     work_dir.mkdir(exist_ok=True)
@@ -263,29 +272,32 @@ def main() -> int:
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                 if k not in ("out", "servelab_bin", "start_timeout_s")}
     if not args.servelab_only:
-        import llama_cpp
-        settings["llama_cpp_python"] = llama_cpp.__version__
+        settings["llama_server"] = str(args.llama_server)
     results = {"machine": machine_info(), "settings": settings, "runs": []}
     servers = start_servers(args, work_dir)
     try:
-        total = (args.repetitions * len(args.rates) + (args.serial_requests > 0)) * len(servers)
+        # One row per (label, rate, limit, max concurrency).
+        rows = [(f"c{c}", 0.0, max(args.limit, 2 * c), c) for c in args.concurrency]
+        rows += [(rate, rate, args.limit, 0) for rate in args.rates]
+        total = (args.repetitions * len(rows) + (args.serial_requests > 0)) * len(servers)
         if args.serial_requests > 0:
             for server in servers:
                 log(f"run {len(results['runs']) + 1}/{total}: {server.name}, "
                     f"{args.serial_requests} requests one at a time")
                 report = bench_once(args, server, 0, 0, args.serial_requests, max_concurrency=1)
-                report.update(rate="serial", repetition=0)
+                report.update(rate="serial", repetition=0, requests=args.serial_requests)
                 results["runs"].append(report)
                 time.sleep(1.0)
         for repetition in range(args.repetitions):
-            for rate_index, rate in enumerate(args.rates):
-                prompt_seed = 1 + repetition * len(args.rates) + rate_index
+            for row_index, (label, rate, limit, concurrency) in enumerate(rows):
+                prompt_seed = 1 + repetition * len(rows) + row_index
                 order = servers if repetition % 2 == 0 else servers[::-1]
                 for server in order:
-                    log(f"run {len(results['runs']) + 1}/{total}: {server.name} at {rate:g} "
-                        f"requests/s (repetition {repetition + 1})")
-                    report = bench_once(args, server, rate, prompt_seed, args.limit)
-                    report["repetition"] = repetition
+                    what = (f"{concurrency} at a time" if concurrency else f"{rate:g} requests/s")
+                    log(f"run {len(results['runs']) + 1}/{total}: {server.name}, {limit} "
+                        f"requests, {what} (repetition {repetition + 1})")
+                    report = bench_once(args, server, rate, prompt_seed, limit, concurrency)
+                    report.update(rate=label, repetition=repetition, requests=limit)
                     results["runs"].append(report)
                     time.sleep(1.0)  # let the finished server's threads go idle
     finally:

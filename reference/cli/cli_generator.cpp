@@ -56,33 +56,12 @@ CliGenerator::CliGenerator(const CacheOptions& options, const Model& model, Mode
 }
 
 void CliGenerator::start_drafter() {
-    const SpeculationOptions& s = speculation_;
-    if (s.drafter == "ngram") {
-        if (announce_)
-            spdlog::info("speculative decoding: K = {}, n-gram prompt lookup", s.num_tokens);
-        return;  // the engine's own
-    }
-    std::unique_ptr<ModelDrafter> drafter;
-    if (s.drafter == "early-exit") {
-        const int64_t layers = s.exit_layer(model_.config.num_layers);
-        drafter =
-            ModelDrafter::early_exit(model_, layers, pool_->num_blocks(), pool_->block_size());
-        if (announce_)
-            spdlog::info("speculative decoding: K = {}, early exit after {} of {} layers",
-                         s.num_tokens, layers, model_.config.num_layers);
-    } else {
-        if (s.draft_model_path.empty()) {
-            throw servelab::Error("--drafter draft-model needs --draft-model PATH");
-        }
-        draft_model_ = std::make_unique<Model>(Model::load(s.draft_model_path));
-        drafter = ModelDrafter::draft_model(*draft_model_, model_, pool_->num_blocks(),
-                                            pool_->block_size());
-        if (announce_)
-            spdlog::info("speculative decoding: K = {}, draft model {} ({} layers)", s.num_tokens,
-                         draft_model_->config.name, draft_model_->config.num_layers);
-    }
-    engine_->add_drafter(s.drafter, *drafter);
-    drafter_ = std::move(drafter);
+    SpeculationOptions::LoadedDrafter loaded = speculation_.load_drafter(
+        model_, pool_->num_blocks(), pool_->block_size(), announce_);
+    if (!loaded.drafter) return;  // n-gram: the engine's own
+    engine_->add_drafter(speculation_.drafter, *loaded.drafter);
+    draft_model_ = std::move(loaded.draft_model);
+    drafter_ = std::move(loaded.drafter);
 }
 
 void CliGenerator::start_on_gpu(const SchedulerConfig& scheduler) {
@@ -157,10 +136,8 @@ std::vector<GenerationResult> CliGenerator::generate(std::span<const TokenId> pr
     if (gpu_runner_) {  // naive or contiguous decoding on the GPU, one completion at a time
         std::vector<GenerationResult> results;
         for (int i = 0; i < num_completions; ++i) {
-            SamplingParams own = params;
-            own.seed = params.seed + uint64_t(i);
             results.push_back(generate_on_runner(
-                *gpu_runner_, model_, prompt, own,
+                *gpu_runner_, model_, prompt, completion_params(params, i),
                 options_.disabled ? RunnerLayout::kNaive : RunnerLayout::kContiguous,
                 options_.block_size, i == 0 ? on_token : TokenCallback{}));
         }
@@ -172,11 +149,10 @@ std::vector<GenerationResult> CliGenerator::generate(std::span<const TokenId> pr
     }
     std::vector<GenerationResult> results;
     for (int i = 0; i < num_completions; ++i) {
-        SamplingParams own = params;
-        own.seed = params.seed + uint64_t(i);
         const std::unique_ptr<KvCache> cache =
             options_.make(model_.config, int64_t(prompt.size()), params.max_tokens);
-        results.push_back(servelab::generate(runner_, model_.config, model_.tokenizer, prompt, own,
+        results.push_back(servelab::generate(runner_, model_.config, model_.tokenizer, prompt,
+                                             completion_params(params, i),
                                              i == 0 ? on_token : TokenCallback{}, cache.get()));
     }
     return results;

@@ -12,6 +12,7 @@
 
 #include "reference/common/error.h"
 #include "reference/kv/kv_budget.h"
+#include "reference/speculative/model_drafter.h"
 
 namespace servelab::cli {
 
@@ -67,6 +68,16 @@ void SamplingOptions::add_to(CLI::App& command) {
         .add_option("--repetition-window", params.repetition_window,
                     "last tokens the penalty sees (0 = all)")
         ->capture_default_str();
+    command
+        .add_option("--presence-penalty", params.presence_penalty,
+                    "subtracted from the logit of every token generated so far, [-2, 2]")
+        ->capture_default_str();
+    command
+        .add_option("--frequency-penalty", params.frequency_penalty,
+                    "subtracted once per time a token was generated so far, [-2, 2]")
+        ->capture_default_str();
+    command.add_option("--logit-bias", logit_bias,
+                       "ID:BIAS,... added to those tokens' logits, each bias in [-100, 100]");
     command.add_option("--seed", params.seed, "random seed of this request")->capture_default_str();
     command.add_option("--stop", stop_strings, "stop string (repeatable)");
     command.add_flag("--ignore-eos", params.ignore_eos, "do not stop at end-of-generation tokens");
@@ -79,6 +90,28 @@ void SamplingOptions::add_to(CLI::App& command) {
 SamplingParams SamplingOptions::resolve() const {
     SamplingParams resolved = params;
     resolved.stop_strings = stop_strings;
+    if (!logit_bias.empty()) {
+        size_t start = 0;
+        while (start <= logit_bias.size()) {
+            const size_t end = std::min(logit_bias.find(',', start), logit_bias.size());
+            const std::string item = logit_bias.substr(start, end - start);
+            const size_t colon = item.find(':');
+            int32_t id = -1;
+            float bias = 0.0f;
+            const bool id_ok =
+                colon != std::string::npos &&
+                std::from_chars(item.data(), item.data() + colon, id).ptr == item.data() + colon;
+            const bool bias_ok =
+                id_ok && colon + 1 < item.size() &&
+                std::from_chars(item.data() + colon + 1, item.data() + item.size(), bias).ptr ==
+                    item.data() + item.size();
+            if (!bias_ok) {
+                throw Error(fmt::format("--logit-bias: '{}' is not ID:BIAS", item));
+            }
+            resolved.logit_bias.emplace_back(id, bias);
+            start = end + 1;
+        }
+    }
     resolved.validate();
     return resolved;
 }
@@ -111,6 +144,35 @@ void SpeculationOptions::apply(SamplingParams& params) const {
 
 int64_t SpeculationOptions::exit_layer(int64_t num_layers) const {
     return early_exit_layers > 0 ? early_exit_layers : std::max<int64_t>(1, num_layers / 4);
+}
+
+SpeculationOptions::LoadedDrafter SpeculationOptions::load_drafter(const Model& target,
+                                                                   int64_t num_kv_blocks,
+                                                                   int64_t block_size,
+                                                                   bool announce) const {
+    LoadedDrafter loaded;
+    if (drafter == "ngram") {
+        if (announce) spdlog::info("speculative decoding: K = {}, n-gram prompt lookup", num_tokens);
+        return loaded;  // the engine's own
+    }
+    if (drafter == "early-exit") {
+        const int64_t layers = exit_layer(target.config.num_layers);
+        loaded.drafter = ModelDrafter::early_exit(target, layers, num_kv_blocks, block_size);
+        if (announce) {
+            spdlog::info("speculative decoding: K = {}, early exit after {} of {} layers",
+                         num_tokens, layers, target.config.num_layers);
+        }
+        return loaded;
+    }
+    if (draft_model_path.empty()) throw Error("--drafter draft-model needs --draft-model PATH");
+    loaded.draft_model = std::make_unique<Model>(Model::load(draft_model_path));
+    loaded.drafter =
+        ModelDrafter::draft_model(*loaded.draft_model, target, num_kv_blocks, block_size);
+    if (announce) {
+        spdlog::info("speculative decoding: K = {}, draft model {} ({} layers)", num_tokens,
+                     loaded.draft_model->config.name, loaded.draft_model->config.num_layers);
+    }
+    return loaded;
 }
 
 void CacheOptions::add_to(CLI::App& command) {

@@ -15,6 +15,7 @@
 #include "reference/kv/kv_cache.h"
 #include "reference/model/model.h"
 #include "reference/sampling/sampling_params.h"
+#include "reference/speculative/drafter.h"
 
 namespace servelab::cli {
 
@@ -41,6 +42,7 @@ struct ModelOptions {
 struct SamplingOptions {
     SamplingParams params;
     std::vector<std::string> stop_strings;
+    std::string logit_bias;  // "ID:BIAS,ID:BIAS"
 
     void add_to(CLI::App& command);
     SamplingParams resolve() const;  // validated; throws servelab::Error
@@ -100,6 +102,15 @@ struct SpeculationOptions {
     void apply(SamplingParams& params) const;
     // The early-exit depth for a target of `num_layers` layers.
     int64_t exit_layer(int64_t num_layers) const;
+    // The model drafter --drafter names for `target` over a pool of
+    // `num_kv_blocks` blocks of `block_size` (nullptr for "ngram", the
+    // engine's own), loading --draft-model when asked; announces it.
+    struct LoadedDrafter {
+        std::unique_ptr<Model> draft_model;  // --drafter draft-model only
+        std::unique_ptr<Drafter> drafter;    // must outlive the engine that uses it
+    };
+    LoadedDrafter load_drafter(const Model& target, int64_t num_kv_blocks, int64_t block_size,
+                               bool announce) const;
 };
 
 // "1,2,3" → {1, 2, 3}; throws servelab::Error naming the bad item.

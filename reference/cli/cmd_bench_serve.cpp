@@ -1,10 +1,10 @@
 // cmd_bench_serve.cpp — `servelab bench serve`: a trace against any OpenAI-compatible server.
 //
-// Part of the serving layer (issue 10, chapter 11.7). The client side of a
+// Part of the serving layer (chapter 11.7). The client side of a
 // serving benchmark, as vLLM's benchmark_serving does it: each request of a
 // trace (data/traces/, lengths only) is sent to POST /v1/completions,
-// streamed, with min_tokens = max_tokens so it generates exactly its output
-// length (vLLM, llama.cpp and servelab all honour min_tokens), at its
+// streamed, with min_tokens = max_tokens and ignore_eos so it generates
+// exactly its output length (vLLM, llama.cpp and servelab honour both), at its
 // arrival time (a Poisson process of --request-rate, or all
 // at once) and at most --max-concurrency at a time. From the stream's
 // arrival times it computes, per request and pooled (serving_metrics.h):
@@ -95,6 +95,9 @@ Outcome send_one(const BenchServeOptions& opts, const std::string& model,
                                  {"prompt", prompt},
                                  {"max_tokens", max_tokens},
                                  {"min_tokens", max_tokens},
+                                 // Both, because a server may honour only one of them
+                                 // (llama.cpp's ends a batched slot at EOS despite min_tokens).
+                                 {"ignore_eos", true},
                                  {"temperature", 0},
                                  {"stream", true},
                                  {"stream_options", {{"include_usage", true}}}};

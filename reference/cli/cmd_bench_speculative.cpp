@@ -37,6 +37,7 @@
 #include "reference/common/error.h"
 #include "reference/engine/engine.h"
 #include "reference/experiments/serving_metrics.h"
+#include "reference/engine/request_builder.h"
 #include "reference/model/chat_format.h"
 #include "reference/speculative/model_drafter.h"
 
@@ -91,16 +92,13 @@ std::vector<std::vector<TokenId>> load_prompts(const Options& opts, const Model&
                                 workload));
     }
     std::vector<std::vector<TokenId>> prompts;
+    const RequestBuilder builder(model);  // each prompt a chat turn, as the server builds it
     for (const nlohmann::json& text : all[workload]) {
         if (!text.is_string()) throw Error("bench speculative: prompts must be strings");
-        const std::vector<ChatMessage> messages = {
-            {"system", std::string(kSmolLmDefaultSystemPrompt)}, {"user", text.get<std::string>()}};
-        std::vector<TokenId> ids =
-            model.tokenizer.encode(format_chatml(messages, true), /*parse_special=*/true);
-        if (model.tokenizer.add_bos() && model.tokenizer.bos_id() >= 0) {
-            ids.insert(ids.begin(), model.tokenizer.bos_id());
-        }
-        prompts.push_back(std::move(ids));
+        RequestSpec spec;
+        spec.kind = RequestSpec::PromptKind::kChat;
+        spec.messages = {{"user", text.get<std::string>()}};
+        prompts.push_back(builder.prompt_of(spec));
         if (opts.num_prompts > 0 && int64_t(prompts.size()) == opts.num_prompts) break;
     }
     return prompts;

@@ -22,6 +22,7 @@
 #include "reference/cli/commands.h"
 #include "reference/cli/tensor_parallel_ranks.h"
 #include "reference/engine/generator.h"
+#include "reference/engine/request_builder.h"
 #include "reference/model/chat_format.h"
 
 namespace servelab::cli {
@@ -33,14 +34,22 @@ struct ChatOptions {
     CacheOptions cache;
     SpeculationOptions speculation;
     TensorParallelOptions tp;
-    std::string system = std::string(kSmolLmDefaultSystemPrompt);
+    std::string system;  // empty: the chat template's own default, if it has one
     std::string message;
 };
 
-std::string reply(const Model& model, CliGenerator& generator, const SamplingParams& params,
+std::string reply(const RequestBuilder& builder, CliGenerator& generator,
+                  const SamplingParams& params,
                   const std::vector<ChatMessage>& conversation, bool print) {
-    const std::string prompt = format_chatml(conversation, /*add_generation_prompt=*/true);
-    const std::vector<TokenId> prompt_ids = model.tokenizer.encode(prompt, true);
+    // The conversation through the one front door (request_builder.h), as
+    // the server's /v1/chat/completions builds it.
+    RequestSpec spec;
+    spec.kind = RequestSpec::PromptKind::kChat;
+    spec.messages = conversation;
+    spec.params = params;
+    spec.max_tokens_given = false;
+    const EngineRequest request = builder.build(spec);
+    const std::vector<TokenId>& prompt_ids = request.prompt;
     TokenCallback stream;
     if (print) {
         stream = [](TokenId, const std::string& piece) {
@@ -48,7 +57,8 @@ std::string reply(const Model& model, CliGenerator& generator, const SamplingPar
             std::fflush(stdout);
         };
     }
-    const GenerationResult result = generator.generate(prompt_ids, params, 1, stream).at(0);
+    const GenerationResult result =
+        generator.generate(prompt_ids, request.params, 1, stream).at(0);
     if (!print) return result.text;
     std::printf("\n");
     spdlog::debug(
@@ -85,13 +95,14 @@ std::string next_user_line(const ChatOptions& opts, RankContext& rank, bool firs
 void chat_on_rank(const ChatOptions& opts, const SamplingParams& params, RankContext& rank) {
     CliGenerator generator(opts.cache, rank.model, rank.runner, {}, opts.speculation,
                            rank.talks_to_user());
+    const RequestBuilder builder(rank.model);
     std::vector<ChatMessage> conversation;
     if (!opts.system.empty()) conversation.push_back({"system", opts.system});
     for (bool first_turn = true;; first_turn = false) {
         const std::string user_text = next_user_line(opts, rank, first_turn);
         if (user_text.empty()) break;
         conversation.push_back({"user", user_text});
-        conversation.push_back({"assistant", reply(rank.model, generator, params, conversation,
+        conversation.push_back({"assistant", reply(builder, generator, params, conversation,
                                                    rank.talks_to_user())});
     }
 }
@@ -101,12 +112,13 @@ void chat_on_rank(const ChatOptions& opts, const SamplingParams& params, RankCon
 void add_chat_command(CLI::App& app) {
     auto opts = std::make_shared<ChatOptions>();
     opts->sampling.params.max_tokens = 256;
-    CLI::App* cmd = app.add_subcommand("chat", "chat with the model (ChatML)");
+    CLI::App* cmd = app.add_subcommand("chat", "chat with the model (its own chat template)");
     opts->model.add_to(*cmd);
     opts->sampling.add_to(*cmd);
     opts->cache.add_to(*cmd);
     opts->speculation.add_to(*cmd);
-    cmd->add_option("--system", opts->system, "system prompt")->capture_default_str();
+    cmd->add_option("--system", opts->system,
+                    "system prompt (default: the model's chat template's own, if any)");
     cmd->add_option("--message", opts->message, "first user message");
     opts->tp.add_to(*cmd);
     cmd->callback([opts] {

@@ -21,7 +21,7 @@
 #include "reference/cli/tensor_parallel_ranks.h"
 #include "reference/common/error.h"
 #include "reference/engine/generator.h"
-#include "reference/model/chat_format.h"
+#include "reference/engine/request_builder.h"
 
 namespace servelab::cli {
 namespace {
@@ -87,27 +87,30 @@ struct GenerateOptions {
     bool json = false;
 };
 
-std::vector<TokenId> prompt_ids_of(const GenerateOptions& opts, const Model& model) {
-    if (!opts.tokens.empty()) return parse_token_list(opts.tokens);
-    std::string text = opts.prompt;
-    if (opts.chat) {
-        const std::vector<ChatMessage> messages = {
-            {"system", std::string(kSmolLmDefaultSystemPrompt)}, {"user", opts.prompt}};
-        text = format_chatml(messages, /*add_generation_prompt=*/true);
+// The request through the one front door (request_builder.h), as the server builds it.
+EngineRequest request_of(const GenerateOptions& opts, const SamplingParams& params,
+                         const Model& model) {
+    RequestSpec spec;
+    if (!opts.tokens.empty()) {
+        spec.kind = RequestSpec::PromptKind::kTokenIds;
+        spec.token_ids = parse_token_list(opts.tokens);
+    } else if (opts.chat) {
+        spec.kind = RequestSpec::PromptKind::kChat;
+        spec.messages = {{"user", opts.prompt}};
+    } else {
+        spec.text = opts.prompt;
     }
-    // Special tokens are parsed only in text servelab formatted itself.
-    std::vector<TokenId> ids = model.tokenizer.encode(text, /*parse_special=*/opts.chat);
-    if (model.tokenizer.add_bos() && model.tokenizer.bos_id() >= 0) {
-        ids.insert(ids.begin(), model.tokenizer.bos_id());
-    }
-    return ids;
+    spec.params = params;
+    spec.max_tokens_given = false;  // generation stops at the context's end, as it always has
+    spec.num_completions = opts.num_completions;
+    return RequestBuilder(model).build(spec);
 }
 
 // The whole command on one rank (every rank generates; rank 0 reports).
 void generate_on_rank(const GenerateOptions& opts, const SamplingParams& params,
                       RankContext& rank) {
     const Model& model = rank.model;
-    const std::vector<TokenId> prompt_ids = prompt_ids_of(opts, model);
+    const EngineRequest request = request_of(opts, params, model);
     CliGenerator generator(opts.cache, model, rank.runner, {}, opts.speculation,
                            rank.talks_to_user());
     const bool stream_text = !opts.json && opts.num_completions == 1 && rank.talks_to_user();
@@ -122,7 +125,7 @@ void generate_on_rank(const GenerateOptions& opts, const SamplingParams& params,
     const int64_t tokens_before = rank.runner.num_tokens_computed();
     const int64_t rows_before = rank.runner.num_logit_rows_computed();
     const std::vector<GenerationResult> results =
-        generator.generate(prompt_ids, params, opts.num_completions, stream);
+        generator.generate(request.prompt, request.params, request.num_completions, stream);
     if (!rank.talks_to_user()) return;
     if (opts.json) {
         nlohmann::json report = result_to_json(results[0]);

@@ -32,6 +32,7 @@ namespace {
 struct ServeOptions {
     ModelOptions model;
     CacheOptions cache;
+    SpeculationOptions speculation;
     ServerOptions server;
     SchedulerConfig scheduler;
     bool no_chunked_prefill = false;
@@ -50,8 +51,11 @@ struct ServeOptions {
         resolved.header_timeout = ms(header_timeout_s);
         resolved.body_timeout = ms(body_timeout_s);
         resolved.drain_timeout = ms(drain_timeout_s);
-        resolved.special_tokens = special_tokens == "text" ? SpecialTokensInMessages::kText
-                                                           : SpecialTokensInMessages::kParse;
+        resolved.requests.special_tokens = special_tokens == "text"
+                                               ? SpecialTokensInMessages::kText
+                                               : SpecialTokensInMessages::kParse;
+        resolved.requests.num_speculative_tokens = speculation.num_tokens;
+        resolved.requests.drafter = speculation.drafter;
         return resolved;
     }
 };
@@ -91,7 +95,12 @@ void serve(const ServeOptions& opts) {
             "--max-num-batched-tokens {} tokens are refused with 400 (the context is {})",
             scheduler.max_num_batched_tokens, model.config.context_length);
     }
+    SpeculationOptions::LoadedDrafter drafter;  // declared first: it outlives the engine
     Engine engine(model, runner, kv, scheduler);
+    if (opts.speculation.enabled()) {
+        drafter = opts.speculation.load_drafter(model, num_blocks, opts.cache.block_size, true);
+        if (drafter.drafter) engine.add_drafter(opts.speculation.drafter, *drafter.drafter);
+    }
     EngineLoop loop(engine, {.max_waiting = opts.max_waiting});
     std::atomic<bool> stopped_without_signal{false};
     std::thread drainer;  // started by the first signal
@@ -140,6 +149,7 @@ void add_serve_command(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
     opts->model.add_to(*cmd);
     opts->cache.add_to(*cmd);
+    opts->speculation.add_to(*cmd);
     cmd->add_option("--host", opts->server.host, "address to bind")->capture_default_str();
     cmd->add_option("--port", opts->server.port, "port (0: any free port)")
         ->check(CLI::Range(0, 65535))

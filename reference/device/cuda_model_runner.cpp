@@ -516,4 +516,13 @@ std::vector<float> CudaModelRunner::forward_logits(const StepBatch& batch, Paged
     return logits;
 }
 
+void CudaModelRunner::check_sampling(const SamplingParams& params) const {
+    if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f ||
+        !params.logit_bias.empty()) {
+        throw Error(
+            "presence_penalty, frequency_penalty and logit_bias are applied by the CPU "
+            "sampler only, not on --device cuda yet");
+    }
+}
+
 }  // namespace servelab

@@ -65,6 +65,9 @@ class CudaModelRunner : public StepRunner {
     StepResult run_step(const StepBatch& batch, PagedKvCache& cache) override;
     int64_t num_tokens_computed() const override { return num_tokens_computed_; }
     KvStorage kv_storage() const override { return KvStorage::kDevice; }
+    // The device sampler has temperature, top-k/p, min-p and the repetition
+    // penalty; presence/frequency penalties and logit bias are the CPU's.
+    void check_sampling(const SamplingParams& params) const override;
 
     // The same forward pass, returning the logits of each chunk's last token
     // ((chunks, vocab) fp32, downloaded) instead of sampling: for tests

@@ -76,9 +76,17 @@ std::unique_ptr<Engine::Live> Engine::make_live(int64_t id, std::vector<TokenId>
                                                 const SamplingParams& params, int32_t priority,
                                                 TokenCallback on_token, Clock::time_point arrival) {
     params.validate();
+    runner_.check_sampling(params);
     for (TokenId id : prompt) {
         if (id < 0 || id >= model_.config.vocab_size) {
             throw Error("add_request: a prompt token id is outside the vocabulary");
+        }
+    }
+    for (const auto& [id, bias] : params.logit_bias) {
+        if (id >= model_.config.vocab_size) {
+            throw Error(fmt::format("add_request: logit_bias token id {} is outside the "
+                                    "vocabulary of {}",
+                                    id, model_.config.vocab_size));
         }
     }
     auto live =
@@ -110,28 +118,28 @@ int64_t Engine::add_request(std::vector<TokenId> prompt, const SamplingParams& p
     return id;
 }
 
-int64_t Engine::add_text_request(std::string_view prompt, const SamplingParams& params,
-                                 bool parse_special, int32_t priority, TokenCallback on_token) {
-    std::vector<TokenId> ids = model_.tokenizer.encode(prompt, parse_special);
-    if (model_.tokenizer.add_bos() && model_.tokenizer.bos_id() >= 0) {
-        ids.insert(ids.begin(), model_.tokenizer.bos_id());
-    }
-    return add_request(std::move(ids), params, priority, std::move(on_token));
+std::vector<int64_t> Engine::add_parallel_request(std::vector<TokenId> prompt,
+                                                  const SamplingParams& params, int num_completions,
+                                                  TokenCallback on_token) {
+    std::vector<TokenCallback> on_tokens(size_t(std::max(num_completions, 1)));
+    on_tokens[0] = std::move(on_token);
+    return add_parallel_request(std::move(prompt), params, num_completions, std::move(on_tokens));
 }
 
 std::vector<int64_t> Engine::add_parallel_request(std::vector<TokenId> prompt,
                                                   const SamplingParams& params, int num_completions,
-                                                  TokenCallback on_token) {
+                                                  std::vector<TokenCallback> on_tokens) {
     if (num_completions < 1) {
         throw Error(fmt::format("generate: n = {} completions, need at least 1", num_completions));
     }
-    const int64_t first = add_request(prompt, params, 0, std::move(on_token));
+    on_tokens.resize(size_t(num_completions));
+    const int64_t first = add_request(prompt, params, 0, std::move(on_tokens[0]));
     std::vector<int64_t> ids = {first};
     Live& parent = *requests_.at(first);
     for (int i = 1; i < num_completions; ++i) {
-        SamplingParams own = params;
-        own.seed = params.seed + uint64_t(i);
-        std::unique_ptr<Live> sibling = make_live(next_id_++, prompt, own, 0, {}, parent.arrival);
+        const SamplingParams own = completion_params(params, i);
+        std::unique_ptr<Live> sibling = make_live(next_id_++, prompt, own, 0,
+                                                  std::move(on_tokens[size_t(i)]), parent.arrival);
         sibling->waiting_to_fork = true;
         const int64_t id = sibling->request.id;
         parent.siblings.push_back(id);
@@ -141,6 +149,9 @@ std::vector<int64_t> Engine::add_parallel_request(std::vector<TokenId> prompt,
     return ids;
 }
 
+// One iteration of continuous batching, in three phases: the scheduler's
+// chunks become a batch (build_batch), the runner computes it (one forward
+// pass), and each chunk's outcome goes back to its request (apply_results).
 StepOutput Engine::step(const StepScheduledCallback& on_scheduled) {
     const auto step_start = Clock::now();
     StepOutput out;
@@ -159,19 +170,30 @@ StepOutput Engine::step(const StepScheduledCallback& on_scheduled) {
     }
     const std::vector<Draft> drafts = propose_drafts(scheduled, out);
 
-    std::vector<SequenceChunk> chunks;
-    // The samples this step draws, and for each chunk the index of its first
-    // (its waiting siblings' samples, then its own), or -1 when its request
-    // draws nothing this step (mid-prompt, a padding row, or verifying).
-    std::vector<SampleRequest> samples;
-    std::vector<int64_t> first_sample;
-    // Speculating chunks: [last token, drafts...], and their verifications.
-    std::vector<std::vector<TokenId>> draft_chunks(scheduled.chunks.size());
-    std::vector<VerifyRequest> verifications;
+    const StepBatchPlan plan = build_batch(scheduled, drafts, out);
+    const std::vector<BlockCopy> copies = kv_.take_block_copies();
+    StepResult result;
+    if (!plan.chunks.empty()) {
+        result = runner_.run_step({plan.chunks, copies, plan.samples, plan.verifications},
+                                  kv_.cache());
+    }
+    apply_results(scheduled, drafts, plan, result, step_start, out);
+
+    if (static_batching_) release_padding();
+    out.num_running = scheduler_.num_running();
+    out.num_waiting = scheduler_.num_waiting();
+    out.num_kv_blocks_used = kv_.cache().num_blocks() - kv_.num_available_blocks();
+    return out;
+}
+
+Engine::StepBatchPlan Engine::build_batch(const SchedulerOutput& scheduled,
+                                          std::span<const Draft> drafts, StepOutput& out) {
+    StepBatchPlan plan;
+    plan.draft_chunks.resize(scheduled.chunks.size());
     for (size_t i = 0; i < scheduled.chunks.size(); ++i) {
         const ScheduledChunk& c = scheduled.chunks[i];
         Request& r = *c.request;
-        const int64_t row = int64_t(chunks.size());
+        const int64_t row = int64_t(plan.chunks.size());
         const Draft& draft = drafts[i];
         if (c.num_draft_slots > 0) {
             // Slots the drafter left empty go back before the pass.
@@ -180,46 +202,50 @@ StepOutput Engine::step(const StepScheduledCallback& on_scheduled) {
             out.num_batched_tokens -= unused;
         }
         if (!draft.tokens.empty()) {
-            std::vector<TokenId>& tokens = draft_chunks[i];
-            tokens = {r.tokens.back()};
-            tokens.insert(tokens.end(), draft.tokens.begin(), draft.tokens.end());
-            chunks.push_back(
-                {StepInput{tokens, r.kv.num_computed_tokens, LogitsFor::kAllTokens}, &r.kv.table});
-            Live& live = *requests_.at(r.id);
-            verifications.push_back({row, &live.sampler, r.tokens, draft.tokens, draft.probs});
-            out.num_drafted_tokens += int64_t(draft.tokens.size());
-            first_sample.push_back(-1);
+            add_verification(r, draft, row, plan.draft_chunks[i], plan, out);
             continue;
         }
         const int64_t num_tokens = c.num_tokens - c.num_draft_slots;
         const auto tokens =
             std::span(r.tokens).subspan(size_t(r.kv.num_computed_tokens), size_t(num_tokens));
-        chunks.push_back({StepInput{tokens, r.kv.num_computed_tokens}, &r.kv.table});
-        // A decode token is a running request's one newest token; anything
-        // else (a prompt chunk, a preempted request's recompute) is prefill.
-        const bool decode = r.num_generated() > 0 && r.num_uncomputed() == 1;
-        if (!decode) out.num_prefill_tokens += num_tokens;
+        plan.chunks.push_back({StepInput{tokens, r.kv.num_computed_tokens}, &r.kv.table});
+        if (!r.is_decoding()) out.num_prefill_tokens += num_tokens;
 
         const bool completes = r.num_uncomputed() == num_tokens;
         if (r.padding || !completes) {
-            first_sample.push_back(-1);
+            plan.first_sample.push_back(-1);
             continue;
         }
-        first_sample.push_back(int64_t(samples.size()));
+        plan.first_sample.push_back(int64_t(plan.samples.size()));
         Live& live = *requests_.at(r.id);
+        // The prompt's last logits also give each waiting sibling its first token.
         for (int64_t id : live.siblings) {
             Live& sibling = *requests_.at(id);
-            samples.push_back({row, &sibling.sampler, sibling.request.tokens});
+            plan.samples.push_back({row, &sibling.sampler, sibling.request.tokens});
         }
-        samples.push_back({row, &live.sampler, r.tokens});
+        plan.samples.push_back({row, &live.sampler, r.tokens});
     }
-    const std::vector<BlockCopy> copies = kv_.take_block_copies();
-    StepResult result;
-    if (!chunks.empty()) {
-        result = runner_.run_step({chunks, copies, samples, verifications}, kv_.cache());
-    }
-    const auto now = Clock::now();
+    return plan;
+}
 
+void Engine::add_verification(Request& r, const Draft& draft, int64_t row,
+                              std::vector<TokenId>& chunk_tokens, StepBatchPlan& plan,
+                              StepOutput& out) {
+    // The chunk is [last token, d_1..d_K], with logits for every position.
+    chunk_tokens = {r.tokens.back()};
+    chunk_tokens.insert(chunk_tokens.end(), draft.tokens.begin(), draft.tokens.end());
+    plan.chunks.push_back(
+        {StepInput{chunk_tokens, r.kv.num_computed_tokens, LogitsFor::kAllTokens}, &r.kv.table});
+    Live& live = *requests_.at(r.id);
+    plan.verifications.push_back({row, &live.sampler, r.tokens, draft.tokens, draft.probs});
+    out.num_drafted_tokens += int64_t(draft.tokens.size());
+    plan.first_sample.push_back(-1);
+}
+
+void Engine::apply_results(const SchedulerOutput& scheduled, std::span<const Draft> drafts,
+                           const StepBatchPlan& plan, const StepResult& result,
+                           Clock::time_point step_start, StepOutput& out) {
+    const auto now = Clock::now();
     size_t next_verification = 0;
     for (size_t i = 0; i < scheduled.chunks.size(); ++i) {
         Request& r = *scheduled.chunks[i].request;
@@ -239,17 +265,12 @@ StepOutput Engine::step(const StepScheduledCallback& on_scheduled) {
             live.result.cached_prompt_tokens = r.kv.num_cached_prompt_tokens;
         }
         kv_.commit(r.kv, r.tokens);
-        if (first_sample[i] < 0) continue;  // mid-prompt: no token this step
-        const auto mine = std::span(result.sampled).subspan(size_t(first_sample[i]));
+        if (plan.first_sample[i] < 0) continue;  // mid-prompt: no token this step
+        const auto mine = std::span(result.sampled).subspan(size_t(plan.first_sample[i]));
         const size_t num_siblings = live.siblings.size();
         if (num_siblings > 0) fork_siblings(live, mine.first(num_siblings), now, out);
         accept_token(live, mine[num_siblings], now, out);
     }
-    if (static_batching_) release_padding();
-    out.num_running = scheduler_.num_running();
-    out.num_waiting = scheduler_.num_waiting();
-    out.num_kv_blocks_used = kv_.cache().num_blocks() - kv_.num_available_blocks();
-    return out;
 }
 
 std::vector<Draft> Engine::propose_drafts(const SchedulerOutput& scheduled, StepOutput& out) {

@@ -127,18 +127,16 @@ class Engine {
     int64_t add_request(std::vector<TokenId> prompt, const SamplingParams& params,
                         int32_t priority = 0, TokenCallback on_token = {},
                         Clock::time_point arrival = Clock::now());
-    // The same for a text prompt: tokenized as is (special tokens such as
-    // ChatML's markers are parsed when `parse_special`), with BOS first if
-    // the model asks for one.
-    int64_t add_text_request(std::string_view prompt, const SamplingParams& params,
-                             bool parse_special = false, int32_t priority = 0,
-                             TokenCallback on_token = {});
     // n completions of one prompt, the prompt computed once; returns their
     // ids (completion i samples with params.seed + i). `on_token` streams
     // completion 0.
     std::vector<int64_t> add_parallel_request(std::vector<TokenId> prompt,
                                               const SamplingParams& params, int num_completions,
                                               TokenCallback on_token = {});
+    // The same with one callback per completion (the server streams each).
+    std::vector<int64_t> add_parallel_request(std::vector<TokenId> prompt,
+                                              const SamplingParams& params, int num_completions,
+                                              std::vector<TokenCallback> on_tokens);
     // One iteration. Returns the tokens produced and the requests finished.
     // `on_scheduled` (optional) is told the batch's shape before the forward pass.
     StepOutput step(const StepScheduledCallback& on_scheduled = {});
@@ -176,6 +174,34 @@ class Engine {
     // The drafts for every chunk with draft slots (others get none), one
     // propose() call per drafter.
     std::vector<Draft> propose_drafts(const SchedulerOutput& scheduled, StepOutput& out);
+
+    // One step's batch, as the runner takes it.
+    struct StepBatchPlan {
+        std::vector<SequenceChunk> chunks;  // one per scheduled chunk, in order
+        // The samples this step draws, and for each chunk the index of its
+        // first (its waiting siblings' samples, then its own), or -1 when its
+        // request draws nothing this step (mid-prompt, a padding row, or verifying).
+        std::vector<SampleRequest> samples;
+        std::vector<int64_t> first_sample;
+        // Speculating chunks: [last token, drafts...] (the chunks point
+        // into these), and their verifications.
+        std::vector<std::vector<TokenId>> draft_chunks;
+        std::vector<VerifyRequest> verifications;
+    };
+    // Phase 1: the scheduler's chunks (and the drafts) become the batch;
+    // unused draft slots go back to the pool.
+    StepBatchPlan build_batch(const SchedulerOutput& scheduled, std::span<const Draft> drafts,
+                              StepOutput& out);
+    // A speculating chunk: [last token, drafts...] and its verification.
+    void add_verification(Request& r, const Draft& draft, int64_t row,
+                          std::vector<TokenId>& chunk_tokens, StepBatchPlan& plan,
+                          StepOutput& out);
+    // Phase 3: each chunk's outcome goes back to its request: computed
+    // tokens committed, then a verdict (speculation), forks and a first
+    // token (a finished prompt), a next token (decode), or a padding row.
+    void apply_results(const SchedulerOutput& scheduled, std::span<const Draft> drafts,
+                       const StepBatchPlan& plan, const StepResult& result,
+                       Clock::time_point step_start, StepOutput& out);
     // A verification pass is back: roll back the rejected drafts (target
     // and drafter), then emit the kept drafts and the target's token.
     void accept_verified(Live& live, std::span<const TokenId> drafts, const Verification& verdict,

@@ -39,6 +39,7 @@ GenerationResult generate_on_runner(StepRunner& runner, const Model& model,
                                     const SamplingParams& params, RunnerLayout layout,
                                     int64_t block_size, const TokenCallback& on_token) {
     params.validate();
+    runner.check_sampling(params);
     const ModelConfig& config = model.config;
     check_prompt(prompt_tokens, config);
     const int64_t capacity =

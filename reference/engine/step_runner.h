@@ -73,6 +73,10 @@ class StepRunner {
     virtual int64_t num_tokens_computed() const = 0;
     // Where the pool's rows must live for this runner (PagedKvCache's storage).
     virtual KvStorage kv_storage() const { return KvStorage::kHost; }
+    // Throws servelab::Error naming what this runner cannot sample as
+    // `params` asks; the engine asks before admitting a request, so a step
+    // never fails for it. The CPU runner samples with the full Sampler.
+    virtual void check_sampling(const SamplingParams& params) const { (void)params; }
 };
 
 }  // namespace servelab

@@ -1,91 +1,112 @@
-// chat_format.cpp — ChatML prompt rendering and encoding.
+// chat_format.cpp — ChatML prompt rendering, and chat prompts to token ids.
 //
 // Part of the model loader (all labs). See chat_format.h.
 #include "reference/model/chat_format.h"
 
+#include <algorithm>
+#include <charconv>
+
 namespace servelab {
 namespace {
 
-constexpr std::string_view kTurnStart = "<|im_start|>";
-constexpr std::string_view kTurnEnd = "<|im_end|>";
+// Stands in for a message's control-token text while the template renders:
+// kPlaceholderStart, the text's index in the table, kPlaceholderEnd. Neither
+// byte is printable, so no template writes them and no filter changes them.
+constexpr char kPlaceholderStart = '\x1e';
+constexpr char kPlaceholderEnd = '\x1f';
 
-// One piece of the ChatML layout: a marker the template writes, or text.
-struct ChatMlPiece {
-    std::string_view text;
-    bool is_marker;
-};
-
-// The layout, once, so that the rendered text and the kText encoding cannot drift apart.
-std::vector<ChatMlPiece> chatml_pieces(std::span<const ChatMessage> messages,
-                                       bool add_generation_prompt) {
-    std::vector<ChatMlPiece> pieces;
-    for (const ChatMessage& message : messages) {
-        pieces.push_back({kTurnStart, true});
-        pieces.push_back({message.role, false});
-        pieces.push_back({"\n", false});
-        pieces.push_back({message.content, false});
-        pieces.push_back({kTurnEnd, true});
-        pieces.push_back({"\n", false});
+// Replaces, in `text`, every control-token text (longest first, as the
+// tokenizer matches them) and every kPlaceholderStart byte with a
+// placeholder; the replaced texts are appended to `originals`.
+std::string defuse(std::string_view text, std::span<const std::string_view> control_texts,
+                   std::vector<std::string>& originals) {
+    std::string out;
+    size_t at = 0;
+    while (at < text.size()) {
+        std::string_view found;
+        if (text[at] == kPlaceholderStart) found = text.substr(at, 1);
+        for (std::string_view control : control_texts) {
+            if (found.empty() && text.substr(at).starts_with(control)) found = control;
+        }
+        if (found.empty()) {
+            out += text[at++];
+            continue;
+        }
+        out += kPlaceholderStart + std::to_string(originals.size()) + kPlaceholderEnd;
+        originals.emplace_back(found);
+        at += found.size();
     }
-    // The open assistant turn the model is asked to complete.
-    if (add_generation_prompt) {
-        pieces.push_back({kTurnStart, true});
-        pieces.push_back({"assistant\n", false});
-    }
-    return pieces;
+    return out;
 }
 
-// The id kParse gives `marker`, or -1 when the vocabulary has no special
-// token spelled so (it is then plain text in both modes, so that the ids agree).
-TokenId marker_id(const Tokenizer& tokenizer, std::string_view marker) {
-    const std::vector<TokenId> ids = tokenizer.encode(marker, /*parse_special=*/true);
-    if (ids.size() != 1) return -1;
-    const TokenType type = tokenizer.token_type(ids[0]);
-    const bool special = type == TokenType::kControl || type == TokenType::kUserDefined ||
-                         type == TokenType::kUnknown;
-    return special ? ids[0] : -1;
+// The rendered prompt with each placeholder put back, and where they were.
+struct Restored {
+    std::string text;
+    std::vector<TextSpan> plain_spans;
+};
+
+Restored restore(std::string_view rendered, std::span<const std::string> originals) {
+    Restored out;
+    size_t at = 0;
+    while (at < rendered.size()) {
+        const size_t end = rendered.find(kPlaceholderEnd, at);
+        size_t index = 0;
+        const char* digits = rendered.data() + at + 1;
+        const char* digits_end = rendered.data() + std::min(end, rendered.size());
+        const bool placeholder = rendered[at] == kPlaceholderStart &&
+                                 end != std::string_view::npos && digits < digits_end &&
+                                 std::from_chars(digits, digits_end, index).ptr == digits_end &&
+                                 index < originals.size();
+        if (!placeholder) {
+            out.text += rendered[at++];
+            continue;
+        }
+        out.plain_spans.push_back({out.text.size(), out.text.size() + originals[index].size()});
+        out.text += originals[index];
+        at = end + 1;
+    }
+    return out;
 }
 
 }  // namespace
 
 std::string format_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt) {
     std::string prompt;
-    for (const ChatMlPiece& piece : chatml_pieces(messages, add_generation_prompt)) {
-        prompt += piece.text;
+    for (const ChatMessage& message : messages) {
+        prompt += "<|im_start|>" + message.role + "\n" + message.content + "<|im_end|>\n";
     }
+    // The open assistant turn the model is asked to complete.
+    if (add_generation_prompt) prompt += "<|im_start|>assistant\n";
     return prompt;
+}
+
+std::vector<TokenId> encode_chat(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
+                                 const ChatRenderer& render,
+                                 SpecialTokensInMessages special_tokens) {
+    if (special_tokens == SpecialTokensInMessages::kParse) {
+        return tokenizer.encode(render(messages), /*parse_special=*/true);
+    }
+    std::vector<std::string_view> control_texts = tokenizer.control_token_texts();
+    std::stable_sort(control_texts.begin(), control_texts.end(),
+                     [](std::string_view a, std::string_view b) { return a.size() > b.size(); });
+    std::vector<std::string> originals;
+    std::vector<ChatMessage> defused;
+    for (const ChatMessage& message : messages) {
+        defused.push_back({defuse(message.role, control_texts, originals),
+                           defuse(message.content, control_texts, originals)});
+    }
+    const Restored prompt = restore(render(defused), originals);
+    return tokenizer.encode_with_plain_spans(prompt.text, prompt.plain_spans);
 }
 
 std::vector<TokenId> encode_chatml(const Tokenizer& tokenizer,
                                    std::span<const ChatMessage> messages,
                                    bool add_generation_prompt,
                                    SpecialTokensInMessages special_tokens) {
-    if (special_tokens == SpecialTokensInMessages::kParse) {
-        return tokenizer.encode(format_chatml(messages, add_generation_prompt),
-                                /*parse_special=*/true);
-    }
-    const TokenId turn_start = marker_id(tokenizer, kTurnStart);
-    const TokenId turn_end = marker_id(tokenizer, kTurnEnd);
-    std::vector<TokenId> ids;
-    // Text since the last marker, encoded as one run: encoding role, "\n" and
-    // content apart would cut words the pre-tokenizer joins, and change ids.
-    std::string run;
-    const auto flush_run = [&] {
-        const std::vector<TokenId> run_ids = tokenizer.encode(run, /*parse_special=*/false);
-        ids.insert(ids.end(), run_ids.begin(), run_ids.end());
-        run.clear();
-    };
-    for (const ChatMlPiece& piece : chatml_pieces(messages, add_generation_prompt)) {
-        const TokenId id = !piece.is_marker ? -1 : piece.text == kTurnStart ? turn_start : turn_end;
-        if (id < 0) {
-            run += piece.text;
-            continue;
-        }
-        flush_run();
-        ids.push_back(id);
-    }
-    flush_run();
-    return ids;
+    return encode_chat(
+        tokenizer, messages,
+        [&](std::span<const ChatMessage> m) { return format_chatml(m, add_generation_prompt); },
+        special_tokens);
 }
 
 }  // namespace servelab

@@ -8,6 +8,7 @@
 // in chat messages").
 #pragma once
 
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -39,16 +40,24 @@ enum class SpecialTokensInMessages {
     kText,
 };
 
-// format_chatml(messages, add_generation_prompt), tokenized. kParse is
-// exactly tokenizer.encode(format_chatml(...), /*parse_special=*/true). kText
-// gives the markers their ids and encodes the text between two markers as
-// one run with parse_special off, so the pre-tokenizer sees the same runs as
-// kParse: for messages that spell no control token the ids are identical.
-// Either way decode(ids, /*render_special=*/true) is format_chatml's text
-// (for valid UTF-8 whose every byte has a token). User-defined tokens are
-// matched in both modes (Tokenizer::encode), and a vocabulary without special
-// tokens for the markers gets kParse's ids in both (it has no turn token for
-// a message to forge). Never adds BOS, like encode.
+// A chat template: messages → the prompt text (ChatML, or the model's own,
+// chat_template.h), with or without the open assistant turn as the caller chose.
+using ChatRenderer = std::function<std::string(std::span<const ChatMessage>)>;
+
+// render(messages), tokenized. kParse is exactly
+// tokenizer.encode(render(messages), /*parse_special=*/true). kText first
+// replaces every control token's text inside a role or content by a
+// placeholder, renders, puts the texts back and encodes with those ranges
+// kept plain (Tokenizer::encode_with_plain_spans): the template's own markers
+// are control tokens, a message's are text, and for messages that spell no
+// control token the ids are identical to kParse's. Either way
+// decode(ids, /*render_special=*/true) is the rendered text (for valid UTF-8
+// whose every byte has a token). User-defined tokens are matched in both
+// modes (Tokenizer::encode). Never adds BOS, like encode.
+std::vector<TokenId> encode_chat(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
+                                 const ChatRenderer& render,
+                                 SpecialTokensInMessages special_tokens);
+// encode_chat with format_chatml(messages, add_generation_prompt).
 std::vector<TokenId> encode_chatml(const Tokenizer& tokenizer,
                                    std::span<const ChatMessage> messages,
                                    bool add_generation_prompt,

@@ -116,8 +116,11 @@ struct Tokenizer::Impl {
     void check_id(TokenId id) const;
 
     std::string decode_alphabet(std::string_view text) const;
-    std::vector<Fragment> split_special(std::string_view text, bool parse_special) const;
+    std::vector<Fragment> split_special(std::string_view text, bool parse_special,
+                                        std::span<const TextSpan> plain_spans = {}) const;
     void encode_word(std::string_view word, std::vector<TokenId>& out) const;
+    // Special fragments as their ids, plain ones pre-tokenized and BPE-encoded.
+    std::vector<TokenId> encode_fragments(std::span<const Fragment> fragments) const;
 };
 
 // ---------------------------------------------------------------- loading
@@ -256,14 +259,22 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& file) {
 // Cut special-token texts out of `text`. Tokens are taken one at a time,
 // longest first, and each is searched for in every plain fragment left so far
 // (the order llama.cpp uses, so that overlapping specials split the same way).
-std::vector<Fragment> Tokenizer::Impl::split_special(std::string_view text,
-                                                     bool parse_special) const {
+std::vector<Fragment> Tokenizer::Impl::split_special(std::string_view text, bool parse_special,
+                                                     std::span<const TextSpan> plain_spans) const {
+    // Whether text[begin, end) overlaps a span that must stay plain.
+    const auto in_plain_span = [&](size_t begin, size_t end) {
+        for (const TextSpan& span : plain_spans) {
+            if (begin < span.end && span.begin < end) return true;
+        }
+        return false;
+    };
     std::vector<Fragment> fragments = {{text}};
     for (TokenId id : specials) {
         // User-defined tokens are always matched (Hugging Face treats such
         // "added tokens" as part of the vocabulary's surface); control tokens
         // only when the caller asks for special-token parsing.
-        if (!parse_special && types[id] != TokenType::kUserDefined) continue;
+        const bool user_defined = types[id] == TokenType::kUserDefined;
+        if (!parse_special && !user_defined) continue;
         const std::string_view needle = texts[id];
         std::vector<Fragment> next;
         for (const Fragment& fragment : fragments) {
@@ -272,11 +283,18 @@ std::vector<Fragment> Tokenizer::Impl::split_special(std::string_view text,
                 continue;
             }
             std::string_view rest = fragment.text;
-            for (size_t at = rest.find(needle); at != std::string_view::npos;
-                 at = rest.find(needle)) {
+            size_t from = 0;
+            for (size_t at = rest.find(needle, from); at != std::string_view::npos;
+                 at = rest.find(needle, from)) {
+                const size_t begin = size_t(rest.data() - text.data()) + at;
+                if (!user_defined && in_plain_span(begin, begin + needle.size())) {
+                    from = at + 1;  // plain text here: look further on
+                    continue;
+                }
                 if (at > 0) next.push_back({rest.substr(0, at)});
                 next.push_back({needle, id});
                 rest.remove_prefix(at + needle.size());
+                from = 0;
             }
             if (!rest.empty()) next.push_back({rest});
         }
@@ -349,14 +367,32 @@ void Tokenizer::Impl::encode_word(std::string_view word, std::vector<TokenId>& o
 }
 
 std::vector<TokenId> Tokenizer::encode(std::string_view text, bool parse_special) const {
+    return impl_->encode_fragments(impl_->split_special(text, parse_special));
+}
+
+std::vector<TokenId> Tokenizer::encode_with_plain_spans(
+    std::string_view text, std::span<const TextSpan> plain_spans) const {
+    return impl_->encode_fragments(
+        impl_->split_special(text, /*parse_special=*/true, plain_spans));
+}
+
+std::vector<std::string_view> Tokenizer::control_token_texts() const {
+    std::vector<std::string_view> out;
+    for (TokenId id : impl_->specials) {
+        if (impl_->types[id] != TokenType::kUserDefined) out.push_back(impl_->texts[id]);
+    }
+    return out;
+}
+
+std::vector<TokenId> Tokenizer::Impl::encode_fragments(std::span<const Fragment> fragments) const {
     std::vector<TokenId> out;
-    for (const Fragment& fragment : impl_->split_special(text, parse_special)) {
+    for (const Fragment& fragment : fragments) {
         if (fragment.id >= 0) {
             out.push_back(fragment.id);
             continue;
         }
-        for (const std::string& word : pretokenize(fragment.text, impl_->pre_kind)) {
-            impl_->encode_word(word, out);
+        for (const std::string& word : pretokenize(fragment.text, pre_kind)) {
+            encode_word(word, out);
         }
     }
     return out;

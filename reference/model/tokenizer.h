@@ -31,6 +31,12 @@ enum class TokenType : int32_t {
     kByte = 6,
 };
 
+// A byte range [begin, end) of a text.
+struct TextSpan {
+    size_t begin = 0;
+    size_t end = 0;
+};
+
 class Tokenizer {
   public:
     // Throws servelab::Error on missing keys, unsupported model/pre-tokenizer,
@@ -46,6 +52,14 @@ class Tokenizer {
     // as plain text. User-defined tokens become their ids either way, as in
     // llama.cpp and Hugging Face. Never adds BOS; callers use add_bos().
     std::vector<TokenId> encode(std::string_view text, bool parse_special) const;
+    // encode(text, /*parse_special=*/true), except that a control token's
+    // text overlapping one of `plain_spans` stays plain text: how a chat
+    // prompt keeps text that came from a message from spelling the
+    // template's control tokens (chat_format.h). Without spans it is encode(text, true).
+    std::vector<TokenId> encode_with_plain_spans(std::string_view text,
+                                                 std::span<const TextSpan> plain_spans) const;
+    // The texts encode(..., true) turns into control (or unknown) tokens.
+    std::vector<std::string_view> control_token_texts() const;
 
     // Ids to bytes. Control tokens are rendered as their text only when
     // `render_special` is set. Output may end inside a UTF-8 character when

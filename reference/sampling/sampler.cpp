@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace servelab {
@@ -23,15 +24,44 @@ void apply_repetition_penalty(std::span<float> logits, std::span<const TokenId> 
     }
 }
 
+void apply_presence_frequency_penalties(std::span<float> logits,
+                                        std::span<const TokenId> generated, float presence,
+                                        float frequency) {
+    if (presence == 0.0f && frequency == 0.0f) return;
+    std::unordered_map<TokenId, int64_t> counts;
+    for (const TokenId id : generated) {
+        if (id >= 0 && size_t(id) < logits.size()) ++counts[id];
+    }
+    for (const auto& [id, count] : counts) {
+        logits[size_t(id)] -= frequency * float(count) + presence;
+    }
+}
+
+void apply_logit_bias(std::span<float> logits,
+                      std::span<const std::pair<TokenId, float>> logit_bias) {
+    for (const auto& [id, bias] : logit_bias) {
+        if (id >= 0 && size_t(id) < logits.size()) logits[size_t(id)] += bias;
+    }
+}
+
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+
+void Sampler::adjust_logits(std::span<float> logits, std::span<const TokenId> history) {
+    if (!prompt_length_) prompt_length_ = history.size();
+    apply_repetition_penalty(logits, history, params_.repetition_penalty,
+                             params_.repetition_window);
+    const size_t generated_from = std::min(*prompt_length_, history.size());
+    apply_presence_frequency_penalties(logits, history.subspan(generated_from),
+                                       params_.presence_penalty, params_.frequency_penalty);
+    apply_logit_bias(logits, params_.logit_bias);
+}
 
 double Sampler::next_uniform() {
     return double(rng_() >> 11) * 0x1.0p-53;
 }
 
 TokenId Sampler::sample(std::span<float> logits, std::span<const TokenId> history) {
-    apply_repetition_penalty(logits, history, params_.repetition_penalty,
-                             params_.repetition_window);
+    adjust_logits(logits, history);
     if (params_.temperature == 0.0f) return argmax(logits);
     keep_candidates(logits);
 
@@ -48,8 +78,7 @@ TokenId Sampler::sample(std::span<float> logits, std::span<const TokenId> histor
 
 void Sampler::distribution(std::span<float> logits, std::span<const TokenId> history,
                            std::vector<float>& probs) {
-    apply_repetition_penalty(logits, history, params_.repetition_penalty,
-                             params_.repetition_window);
+    adjust_logits(logits, history);
     probs.assign(logits.size(), 0.0f);
     if (params_.temperature == 0.0f) {
         probs[size_t(argmax(logits))] = 1.0f;

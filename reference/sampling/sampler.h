@@ -2,15 +2,18 @@
 //
 // Part of sampling (all labs; chapter: decoding strategies). The order is the
 // usual one (as in HF transformers and llama.cpp's defaults):
-//   repetition penalty → (temperature 0: argmax) → temperature → top-k
-//   → softmax → top-p → min-p → renormalize → draw
+//   repetition penalty → presence/frequency penalties → logit bias
+//   → (temperature 0: argmax) → temperature → top-k → softmax → top-p
+//   → min-p → renormalize → draw
 // Each request owns a Sampler, so its random stream depends only on its own
 // seed, never on what else is running.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "reference/sampling/sampling_filters.h"
@@ -41,12 +44,18 @@ class Sampler {
     const SamplingParams& params() const { return params_; }
 
   private:
+    // The penalties and the bias, before any filter. The first call's
+    // history is the prompt (a request samples its first token right after
+    // it), so its length says where the generated tokens begin.
+    void adjust_logits(std::span<float> logits, std::span<const TokenId> history);
+
     // Temperature, top-k, softmax, top-p and min-p: candidates_ becomes the
     // tokens kept, most likely first, with their probabilities (not yet
     // renormalized after top-p / min-p).
     void keep_candidates(std::span<const float> logits);
 
     SamplingParams params_;
+    std::optional<size_t> prompt_length_;  // set by the first call
     std::mt19937_64 rng_;
     std::vector<Candidate> candidates_;  // reused between calls
 };
@@ -55,5 +64,15 @@ class Sampler {
 // distinct token among the last `window` tokens of `history` (0 = all).
 void apply_repetition_penalty(std::span<float> logits, std::span<const TokenId> history,
                               float penalty, int32_t window);
+
+// OpenAI's presence and frequency penalties over `generated` (the tokens
+// generated so far): logit[t] -= frequency * count[t] + presence * (count[t] > 0).
+void apply_presence_frequency_penalties(std::span<float> logits,
+                                        std::span<const TokenId> generated, float presence,
+                                        float frequency);
+
+// logit[t] += bias for each (t, bias); ids outside the vocabulary are skipped.
+void apply_logit_bias(std::span<float> logits,
+                      std::span<const std::pair<TokenId, float>> logit_bias);
 
 }  // namespace servelab

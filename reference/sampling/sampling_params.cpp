@@ -26,6 +26,19 @@ void SamplingParams::validate() const {
     if (repetition_window < 0) {
         throw Error(fmt::format("repetition_window must be >= 0 (got {})", repetition_window));
     }
+    for (const auto& [name, value] : {std::pair{"presence_penalty", presence_penalty},
+                                      std::pair{"frequency_penalty", frequency_penalty}}) {
+        if (!(value >= -2.0f && value <= 2.0f)) {
+            throw Error(fmt::format("{} must be in [-2, 2] (got {})", name, value));
+        }
+    }
+    for (const auto& [token, bias] : logit_bias) {
+        if (token < 0) throw Error(fmt::format("logit_bias: token id {} is negative", token));
+        if (!(bias >= -100.0f && bias <= 100.0f)) {
+            throw Error(fmt::format("logit_bias for token {} must be in [-100, 100] (got {})",
+                                    token, bias));
+        }
+    }
     if (max_tokens < 1) throw Error(fmt::format("max_tokens must be >= 1 (got {})", max_tokens));
     if (min_tokens < 0 || min_tokens > max_tokens) {
         throw Error(fmt::format("min_tokens must be in [0, max_tokens = {}] (got {})", max_tokens,

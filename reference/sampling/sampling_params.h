@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "reference/model/tokenizer.h"
@@ -24,7 +25,15 @@ struct SamplingParams {
     float min_p = 0.0f;               // drop tokens with p < min_p * p_max; 0 = off
     float repetition_penalty = 1.0f;  // CTRL-style (Keskar et al., 2019); 1 = off
     int32_t repetition_window = 64;   // last tokens the penalty looks at; 0 = all
-    uint64_t seed = 0;                // per-request RNG seed: same seed, same tokens
+    // OpenAI's penalties, over the tokens generated so far (not the prompt):
+    // logit[t] -= frequency_penalty * count[t] + presence_penalty * (count[t] > 0).
+    // In [-2, 2]; 0 = off.
+    float presence_penalty = 0.0f;
+    float frequency_penalty = 0.0f;
+    // Added to the logits of the given tokens before sampling, in [-100, 100]
+    // (-100 all but bans a token, as in OpenAI's API).
+    std::vector<std::pair<TokenId, float>> logit_bias;
+    uint64_t seed = 0;  // per-request RNG seed: same seed, same tokens
     int32_t max_tokens = 128;         // generated tokens at most
     std::vector<TokenId> stop_token_ids;    // besides the model's end-of-generation tokens
     std::vector<std::string> stop_strings;  // generation ends before the first match
@@ -43,5 +52,15 @@ struct SamplingParams {
     // Throws servelab::Error naming the first out-of-range field.
     void validate() const;
 };
+
+// Completion `index` of n completions of one prompt (parallel sampling,
+// OpenAI's `n`): the same parameters, seeded seed + index, so that each
+// completion is reproducible alone and completion 0 is the single request.
+// The one place this rule is written.
+inline SamplingParams completion_params(const SamplingParams& params, int index) {
+    SamplingParams own = params;
+    own.seed = params.seed + uint64_t(index);
+    return own;
+}
 
 }  // namespace servelab

@@ -43,6 +43,10 @@ struct Request {
     int64_t num_generated() const { return int64_t(tokens.size()) - num_prompt_tokens; }
     // Tokens not computed yet: the rest of the prompt, or the newest token.
     int64_t num_uncomputed() const { return int64_t(tokens.size()) - kv.num_computed_tokens; }
+    // Whether its next step is a decode step: a running request's one newest
+    // token. Anything else (a prompt chunk, a preempted request's recompute)
+    // is prefill. The one definition the scheduler and the engine share.
+    bool is_decoding() const { return num_generated() > 0 && num_uncomputed() == 1; }
 };
 
 }  // namespace servelab

@@ -146,8 +146,7 @@ void Scheduler::add_draft_slots(ScheduledChunk& chunk, int64_t& budget) {
     const Request& request = *chunk.request;
     const int64_t length = int64_t(request.tokens.size());
     // Only a decode step drafts: one new token, after the prompt.
-    const bool decoding = request.num_generated() > 0 && chunk.num_tokens == 1 &&
-                          request.num_uncomputed() == 1 && !request.padding;
+    const bool decoding = request.is_decoding() && chunk.num_tokens == 1 && !request.padding;
     if (!decoding) return;
     // A pass emits the accepted drafts plus one token of the target's own:
     // no draft is worth a slot past max_tokens or past the context.

@@ -40,26 +40,29 @@ EngineLoop::EngineLoop(Engine& engine, const EngineLoopConfig& config)
 
 std::shared_ptr<RequestStream> EngineLoop::submit(std::vector<TokenId> prompt,
                                                   const SamplingParams& params) {
-    return submit_group(prompt, {params}).front();
+    return submit_group(std::move(prompt), params, 1).front();
 }
 
-std::vector<std::shared_ptr<RequestStream>> EngineLoop::submit_group(
-    const std::vector<TokenId>& prompt, const std::vector<SamplingParams>& params) {
-    std::vector<std::shared_ptr<RequestStream>> streams;
+std::vector<std::shared_ptr<RequestStream>> EngineLoop::submit_group(std::vector<TokenId> prompt,
+                                                                     const SamplingParams& params,
+                                                                     int num_completions) {
+    Submission submission{std::move(prompt), params, {}};
+    for (int i = 0; i < std::max(num_completions, 1); ++i) {
+        submission.streams.push_back(std::make_shared<RequestStream>());
+    }
+    const std::vector<std::shared_ptr<RequestStream>> streams = submission.streams;
+    const int64_t n = int64_t(streams.size());
     {
         std::lock_guard lock(mutex_);
         if (stopping_) throw QueueFull("the server is shutting down");
         const int64_t waiting = queued_ + engine_waiting_;
-        if (waiting + int64_t(params.size()) > config_.max_waiting) {
-            throw QueueFull(
-                fmt::format("the server is at capacity: {} requests are waiting (--max-waiting {})",
-                            waiting, config_.max_waiting));
+        if (waiting + n > config_.max_waiting) {
+            throw QueueFull(fmt::format(
+                "the server is at capacity: {} requests are waiting (--max-waiting {})", waiting,
+                config_.max_waiting));
         }
-        for (const SamplingParams& p : params) {
-            streams.push_back(std::make_shared<RequestStream>());
-            submissions_.push_back({prompt, p, streams.back()});
-        }
-        queued_ += int64_t(params.size());
+        submissions_.push_back(std::move(submission));
+        queued_ += n;
     }
     wake_.notify_one();
     return streams;
@@ -97,25 +100,33 @@ EngineLoopStats EngineLoop::stats() const {
 // On the engine thread. The on_token callback runs inside Engine::step(),
 // also on this thread, and only pushes to the request's own stream.
 void EngineLoop::admit(Submission& submission) {
-    std::shared_ptr<RequestStream> stream = submission.stream;
-    try {
-        const int64_t id = engine_.add_request(std::move(submission.prompt), submission.params, 0,
-                                               [stream](TokenId token, const std::string& text) {
-                                                   StreamEvent event;
-                                                   event.token = token;
-                                                   event.text = text;
-                                                   stream->push(std::move(event));
-                                               });
-        stream->request_id_ = id;
-        live_[id] = stream;
-        ++engine_waiting_;  // until the next step is scheduled
-    } catch (const Error& e) {
-        StreamEvent end;
-        end.kind = StreamEvent::Kind::kEnd;
-        end.error = e.what();
-        stream->push(std::move(end));
+    const int64_t n = int64_t(submission.streams.size());
+    std::vector<TokenCallback> on_tokens;
+    for (const std::shared_ptr<RequestStream>& stream : submission.streams) {
+        on_tokens.push_back([stream](TokenId token, const std::string& text) {
+            StreamEvent event;
+            event.token = token;
+            event.text = text;
+            stream->push(std::move(event));
+        });
     }
-    --queued_;
+    try {
+        const std::vector<int64_t> ids = engine_.add_parallel_request(
+            std::move(submission.prompt), submission.params, int(n), std::move(on_tokens));
+        for (size_t i = 0; i < ids.size(); ++i) {
+            submission.streams[i]->request_id_ = ids[i];
+            live_[ids[i]] = submission.streams[i];
+        }
+        engine_waiting_ += n;  // until the next step is scheduled
+    } catch (const Error& e) {
+        for (const std::shared_ptr<RequestStream>& stream : submission.streams) {
+            StreamEvent end;
+            end.kind = StreamEvent::Kind::kEnd;
+            end.error = e.what();
+            stream->push(std::move(end));
+        }
+    }
+    queued_ -= n;
 }
 
 bool EngineLoop::cancel_abandoned() {
@@ -179,6 +190,7 @@ void EngineLoop::record_step(const StepOutput& out) {
     counters_.total_accepted_tokens += out.num_accepted_tokens;
     counters_.total_finished += finished;
     counters_.total_cancelled += cancelled;
+    counters_.total_prefill_tokens += out.num_prefill_tokens;
 }
 
 }  // namespace servelab

@@ -6,7 +6,8 @@
 // the server's worker threads; they hand requests to this loop through a
 // locked queue and read their tokens back from a per-request stream:
 //
-//   handler ── submit(prompt, params) ──▶ queue ──▶ engine thread: add_request
+//   handler ── submit_group(prompt, params, n) ──▶ queue ──▶ engine thread:
+//                                                        add_parallel_request
 //   handler ◀── stream.next() ◀── tokens pushed by the on_token callback, in step()
 //   handler ── stream.cancel() (client gone) ──▶ engine thread: Engine::cancel
 //
@@ -101,6 +102,7 @@ struct EngineLoopStats {
     int64_t total_accepted_tokens = 0;
     int64_t total_finished = 0;   // ended with a finish reason other than "cancelled"
     int64_t total_cancelled = 0;  // ended "cancelled" (client gone, or the drain timed out)
+    int64_t total_prefill_tokens = 0;  // prompt tokens computed (not found cached or forked)
 };
 
 class EngineLoop {
@@ -118,11 +120,13 @@ class EngineLoop {
     // the stream reports as its end (error set).
     std::shared_ptr<RequestStream> submit(std::vector<TokenId> prompt,
                                           const SamplingParams& params);
-    // Queues one request per element of `params`, all on `prompt`, or none:
-    // a group (the n choices of one HTTP request) is never admitted in part.
-    // Throws QueueFull when they do not all fit under max_waiting.
-    std::vector<std::shared_ptr<RequestStream>> submit_group(
-        const std::vector<TokenId>& prompt, const std::vector<SamplingParams>& params);
+    // Queues `num_completions` choices of one prompt (one stream each),
+    // admitted together as one parallel request — the prompt computed once,
+    // choice i seeded seed + i (Engine::add_parallel_request) — or not at
+    // all. Throws QueueFull when they do not all fit under max_waiting.
+    std::vector<std::shared_ptr<RequestStream>> submit_group(std::vector<TokenId> prompt,
+                                                             const SamplingParams& params,
+                                                             int num_completions);
     int64_t max_waiting() const { return config_.max_waiting; }
     // The engine thread's body: admits submissions, cancels abandoned
     // requests, steps the engine; sleeps when there is nothing to compute.
@@ -137,10 +141,10 @@ class EngineLoop {
     EngineLoopStats stats() const;
 
   private:
-    struct Submission {
+    struct Submission {  // one parallel request: a stream per choice
         std::vector<TokenId> prompt;
         SamplingParams params;
-        std::shared_ptr<RequestStream> stream;
+        std::vector<std::shared_ptr<RequestStream>> streams;
     };
     void admit(Submission& submission);
     // Cancels the requests whose clients left (all of them once the drain

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <thread>
 
-#include "reference/model/chat_format.h"
 #include "reference/server/http_listener.h"
 #include "reference/server/openai_responses.h"
 
@@ -55,10 +54,31 @@ bool any_cancelled(const std::vector<GenerationResult>& results) {
     return false;
 }
 
+// The one front door's view of an API request (request_builder.h).
+RequestSpec spec_of(const ApiRequest& request) {
+    RequestSpec spec;
+    if (request.chat) {
+        spec.kind = RequestSpec::PromptKind::kChat;
+        spec.messages = request.messages;
+    } else if (!request.prompt_ids.empty()) {
+        spec.kind = RequestSpec::PromptKind::kTokenIds;
+        spec.token_ids = request.prompt_ids;
+    } else {
+        spec.kind = RequestSpec::PromptKind::kText;
+        spec.text = request.prompt_text;
+    }
+    spec.params = request.params;
+    spec.max_tokens_given = request.max_tokens_given;
+    spec.num_completions = request.n;
+    return spec;
+}
+
 }  // namespace
 
 OpenAiServer::OpenAiServer(const Model& model, EngineLoop& loop, ServerOptions options)
-    : model_(model), loop_(loop), options_(std::move(options)) {
+    : loop_(loop),
+      options_(std::move(options)),
+      builder_(model, options_.requests) {
     limits_.model_name = options_.model_name;
     limits_.context_length = model.config.context_length;
     limits_.vocab_size = model.config.vocab_size;
@@ -249,18 +269,6 @@ bool OpenAiServer::read_body(const httplib::Request& request, httplib::Response&
     return true;
 }
 
-std::vector<TokenId> OpenAiServer::prompt_of(const ApiRequest& request) const {
-    if (request.chat) {
-        return encode_chatml(model_.tokenizer, request.messages, true, options_.special_tokens);
-    }
-    if (!request.prompt_ids.empty()) return request.prompt_ids;
-    std::vector<TokenId> ids = model_.tokenizer.encode(request.prompt_text, false);
-    if (model_.tokenizer.add_bos() && model_.tokenizer.bos_id() >= 0) {
-        ids.insert(ids.begin(), model_.tokenizer.bos_id());
-    }
-    return ids;
-}
-
 bool OpenAiServer::wait_for_results(const httplib::Request& request,
                                     std::vector<std::shared_ptr<RequestStream>>& streams,
                                     std::vector<GenerationResult>& results, std::string& error) {
@@ -306,29 +314,15 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
         return;
     }
     ApiRequest request;
-    std::vector<TokenId> prompt;
+    EngineRequest engine_request;
     try {
         request = parse_api_request(body, chat, limits_);
-        prompt = prompt_of(request);
+        engine_request = builder_.build(spec_of(request));
     } catch (const ApiException& e) {
         send_error(response, e.error());
         return;
-    }
-    const int64_t context = model_.config.context_length;
-    if (prompt.empty() || int64_t(prompt.size()) >= context) {
-        send_error(response, {400, "invalid_request_error",
-                              fmt::format("the prompt is {} tokens; it must be 1 to {}",
-                                          prompt.size(), context - 1),
-                              chat ? "messages" : "prompt", "context_length_exceeded"});
-        return;
-    }
-    const int64_t room = context - int64_t(prompt.size());
-    if (request.max_tokens_given && request.params.max_tokens > room) {
-        send_error(response,
-                   {400, "invalid_request_error",
-                    fmt::format("{} prompt tokens + max_tokens {} exceed the context of {}",
-                                prompt.size(), request.params.max_tokens, context),
-                    "max_tokens", "context_length_exceeded"});
+    } catch (const RequestError& e) {
+        send_error(response, {400, "invalid_request_error", e.what(), e.param(), e.code()});
         return;
     }
     // n choices are admitted together; more than the queue holds could
@@ -341,23 +335,17 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
                               "n", ""});
         return;
     }
-    request.params.max_tokens = int32_t(std::min<int64_t>(request.params.max_tokens, room));
-
-    std::vector<SamplingParams> choices;
-    for (int i = 0; i < request.n; ++i) {
-        choices.push_back(request.params);
-        choices.back().seed = request.params.seed + uint64_t(i);
-    }
+    const int64_t prompt_tokens = int64_t(engine_request.prompt.size());
     std::vector<std::shared_ptr<RequestStream>> streams;
     try {
-        streams = loop_.submit_group(prompt, choices);
+        streams = loop_.submit_group(std::move(engine_request.prompt), engine_request.params,
+                                     engine_request.num_completions);
     } catch (const QueueFull& e) {
         send_error(response, overloaded(e.what()));
         return;
     }
     const ResponseHeader header{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++),
                                 unix_seconds(), request.model, chat};
-    const int64_t prompt_tokens = int64_t(prompt.size());
 
     if (!request.stream) {
         std::vector<GenerationResult> results;
@@ -380,7 +368,8 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
         } else {
             metrics_.record_request_success();
         }
-        response.set_content(to_text(completion_response(header, results, prompt_tokens)),
+        response.set_content(to_text(completion_response(header, results, prompt_tokens,
+                                                         request.return_token_ids)),
                              "application/json");
         return;
     }

@@ -4,7 +4,8 @@
 //   POST /v1/completions, /v1/chat/completions   whole JSON, or server-sent
 //        events ("data: {chunk}\n\n" … "data: [DONE]\n\n") with "stream": true
 //   GET  /v1/models, /health, /metrics (Prometheus text)
-// Each HTTP request becomes n requests of the one EngineLoop (completion i
+// Each HTTP request is built by the one front door (request_builder.h) into
+// one parallel request of n choices (the prompt computed once, choice i
 // seeded seed + i), admitted together or not at all. Errors are
 // OpenAI-style bodies with a 4xx or 5xx status (openai_protocol.h). A client
 // that disconnects, streaming or not, has its requests cancelled. With an
@@ -22,6 +23,7 @@
 #include <memory>
 #include <string>
 
+#include "reference/engine/request_builder.h"
 #include "reference/model/chat_format.h"
 #include "reference/model/model.h"
 #include "reference/server/engine_loop.h"
@@ -48,7 +50,7 @@ struct ServerOptions {
     std::chrono::milliseconds header_timeout{5000};  // connect → whole request head
     std::chrono::milliseconds body_timeout{30000};   // head → whole body
     std::chrono::milliseconds drain_timeout{30000};  // SIGTERM → running requests cancelled
-    SpecialTokensInMessages special_tokens = SpecialTokensInMessages::kParse;
+    RequestBuilderOptions requests;  // special tokens in messages, speculative decoding
 };
 
 class OpenAiServer {
@@ -82,11 +84,10 @@ class OpenAiServer {
                           std::vector<std::shared_ptr<RequestStream>>& streams,
                           std::vector<GenerationResult>& results, std::string& error);
     void send_error(httplib::Response& response, const ApiError& error);
-    std::vector<TokenId> prompt_of(const ApiRequest& request) const;
 
-    const Model& model_;
     EngineLoop& loop_;
     ServerOptions options_;
+    RequestBuilder builder_;
     ProtocolLimits limits_;
     ServerMetrics metrics_;
     std::unique_ptr<HttpListener> http_;

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
+
 #include <set>
 
 namespace servelab {
@@ -132,7 +134,7 @@ void completion_prompt(const nlohmann::json& body, const ProtocolLimits& limits,
 }
 
 void refuse_unsupported(const nlohmann::json& body) {
-    for (const char* name : {"logit_bias", "tools", "functions", "suffix", "echo", "best_of"}) {
+    for (const char* name : {"tools", "functions", "suffix", "echo", "best_of"}) {
         if (field(body, name) != nullptr) {
             refuse(name, fmt::format("'{}' is not supported by this server", name));
         }
@@ -143,11 +145,35 @@ void refuse_unsupported(const nlohmann::json& body) {
             refuse(name, fmt::format("'{}' is not supported by this server", name));
         }
     }
-    for (const char* name : {"presence_penalty", "frequency_penalty"}) {
-        if (number(body, name, 0.0, -2.0, 2.0) != 0.0) {
-            refuse(name, fmt::format("'{}' is not supported (use repetition_penalty)", name));
-        }
+}
+
+// {"token id": bias, ...}: keys are token ids as strings (JSON keys are
+// strings), biases in [-100, 100]; at most 300 entries, as OpenAI allows.
+std::vector<std::pair<TokenId, float>> logit_bias(const nlohmann::json& body,
+                                                  const ProtocolLimits& limits) {
+    const nlohmann::json* value = field(body, "logit_bias");
+    if (value == nullptr) return {};
+    if (!value->is_object() || value->size() > 300) {
+        refuse("logit_bias", "'logit_bias' must be an object of at most 300 {\"token id\": bias}");
     }
+    std::vector<std::pair<TokenId, float>> biases;
+    for (const auto& [key, bias] : value->items()) {
+        int64_t id = -1;
+        const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+        if (key.empty() || ec != std::errc() || end != key.data() + key.size() || id < 0 ||
+            id >= limits.vocab_size) {
+            refuse("logit_bias", fmt::format("'logit_bias' keys must be token ids in [0, {}), got "
+                                             "'{}'",
+                                             limits.vocab_size, key.substr(0, 32)));
+        }
+        if (!bias.is_number() || !(bias.get<double>() >= -100.0 && bias.get<double>() <= 100.0)) {
+            refuse("logit_bias", fmt::format("'logit_bias' for token {} must be a number in "
+                                             "[-100, 100]",
+                                             id));
+        }
+        biases.emplace_back(TokenId(id), float(bias.get<double>()));
+    }
+    return biases;
 }
 
 }  // namespace
@@ -188,6 +214,9 @@ ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const Protoc
     p.top_k = int32_t(integer(body, "top_k", 0, 0, limits.vocab_size));
     p.min_p = float(number(body, "min_p", 0.0, 0.0, 1.0));
     p.repetition_penalty = float(number(body, "repetition_penalty", 1.0, 0.01, 10.0));
+    p.presence_penalty = float(number(body, "presence_penalty", 0.0, -2.0, 2.0));
+    p.frequency_penalty = float(number(body, "frequency_penalty", 0.0, -2.0, 2.0));
+    p.logit_bias = logit_bias(body, limits);
     p.seed = uint64_t(integer(body, "seed", 0, INT64_MIN, INT64_MAX));
     const int64_t default_max = chat ? limits.context_length : limits.default_max_tokens;
     int64_t max_tokens = integer(body, "max_tokens", default_max, 1, limits.context_length);
@@ -204,6 +233,12 @@ ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const Protoc
     if (const nlohmann::json* options = field(body, "stream_options")) {
         if (!options->is_object()) refuse("stream_options", "'stream_options' must be an object");
         request.include_usage = boolean(*options, "include_usage");
+    }
+    // An extension vLLM also has: the prompt's and each choice's token ids,
+    // for checking what a server computed against an offline run.
+    request.return_token_ids = boolean(body, "return_token_ids");
+    if (request.return_token_ids && request.stream) {
+        refuse("return_token_ids", "'return_token_ids' is supported only without 'stream'");
     }
     try {
         p.validate();

@@ -8,12 +8,12 @@
 // field is checked for type and range here, so nothing malformed reaches the
 // engine. Supported: /v1/completions (prompt: a string or a list of token
 // ids) and /v1/chat/completions (messages with string or text-part
-// content); temperature, top_p, top_k, min_p, max_tokens (or
-// max_completion_tokens), stop, seed, n, stream, stream_options.include_usage,
-// and the extensions vLLM also accepts: repetition_penalty, ignore_eos and
-// min_tokens. Fields that would change the output in ways the engine cannot
-// honour (logprobs, nonzero presence/frequency penalties, logit_bias, tools)
-// are refused, never silently ignored.
+// content); temperature, top_p, top_k, min_p, presence_penalty,
+// frequency_penalty, logit_bias, max_tokens (or max_completion_tokens),
+// stop, seed, n, stream, stream_options.include_usage, and the extensions
+// vLLM also accepts: repetition_penalty, ignore_eos, min_tokens and
+// return_token_ids. Fields that would change the output in ways the engine
+// cannot honour (logprobs, tools) are refused, never silently ignored.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -67,7 +67,8 @@ struct ApiRequest {
     bool max_tokens_given = false;
     int32_t n = 1;
     bool stream = false;
-    bool include_usage = false;  // stream_options.include_usage
+    bool include_usage = false;     // stream_options.include_usage
+    bool return_token_ids = false;  // extension: prompt_token_ids and each choice's token_ids
 };
 
 // Throws ApiException (status 400, or 404 for an unknown model).

@@ -21,7 +21,7 @@ nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
 
 nlohmann::json completion_response(const ResponseHeader& header,
                                    const std::vector<GenerationResult>& results,
-                                   int64_t prompt_tokens) {
+                                   int64_t prompt_tokens, bool with_token_ids) {
     nlohmann::json body = header_json(header, header.chat ? "chat.completion" : "text_completion");
     nlohmann::json choices = nlohmann::json::array();
     int64_t completion_tokens = 0;
@@ -36,9 +36,11 @@ nlohmann::json completion_response(const ResponseHeader& header,
         } else {
             choice["text"] = result.text;
         }
+        if (with_token_ids) choice["token_ids"] = result.tokens;
         choices.push_back(choice);
     }
     body["choices"] = choices;
+    if (with_token_ids && !results.empty()) body["prompt_token_ids"] = results[0].prompt_tokens;
     body["usage"] = usage_json(prompt_tokens, completion_tokens);
     return body;
 }

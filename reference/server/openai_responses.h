@@ -25,10 +25,12 @@ struct ResponseHeader {
 
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 
-// The whole response: one choice per result, in order.
+// The whole response: one choice per result, in order. With
+// `with_token_ids`, the prompt's ids ("prompt_token_ids") and each choice's
+// ("token_ids") too.
 nlohmann::json completion_response(const ResponseHeader& header,
                                    const std::vector<GenerationResult>& results,
-                                   int64_t prompt_tokens);
+                                   int64_t prompt_tokens, bool with_token_ids = false);
 
 // One streamed chunk of choice `index`: new text (finish_reason null), or
 // the last chunk of that choice (text empty, its finish reason set). Chat's

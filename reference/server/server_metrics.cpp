@@ -105,6 +105,10 @@ std::string ServerMetrics::render(const EngineLoopStats& loop) const {
                   double(loop.total_preemptions));
     out += metric("counter", "servelab_prompt_tokens_total", "prompt tokens of finished requests",
                   double(prompt_tokens_));
+    out += metric("counter", "servelab_prefill_tokens_computed_total",
+                  "prompt tokens the forward pass computed (prefix-cache hits and the shared "
+                  "prompt of n choices are computed once, or not at all)",
+                  double(loop.total_prefill_tokens));
     out += metric("counter", "servelab_prefix_cache_hit_tokens_total",
                   "prompt tokens found in the prefix cache", double(cached_prompt_tokens_));
     out += metric("counter", "servelab_generation_tokens_total", "tokens generated",

@@ -148,6 +148,94 @@ def check_disconnect(server):
     sys.exit("the disconnected client's request was not cancelled")
 
 
+def check_front_door(server, servelab, model):
+    """The same request through `servelab generate` and through the server gives the same
+    prompt ids and the same output ids: both are built by the one front door."""
+    cases = [("text", ["--prompt", "The cache holds"], {"prompt": "The cache holds"}),
+             ("token ids", ["--tokens", "5,17,200,3"], {"prompt": [5, 17, 200, 3]}),
+             ("chat", ["--prompt", "Hi <there>", "--chat"],
+              {"messages": [{"role": "user", "content": "Hi <there>"}]})]
+    for name, cli_args, api_fields in cases:
+        done = subprocess.run(
+            [servelab, "-q", "generate", "--model", model, *cli_args, "--seed", "3",
+             "--temperature", "0.8", "--max-tokens", "6", "-n", "2", "--json"],
+            capture_output=True, text=True, check=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        offline_run = json.loads(done.stdout)
+        route = "chat/completions" if "messages" in api_fields else "completions"
+        body = json.dumps({"model": "tiny", "seed": 3, "temperature": 0.8, "max_tokens": 6,
+                           "n": 2, "return_token_ids": True, **api_fields}).encode()
+        request = urllib.request.Request(f"{server.url}/v1/{route}", data=body,
+                                         headers={"Content-Type": "application/json"})
+        served = json.loads(urllib.request.urlopen(request, timeout=60).read())
+        assert served["prompt_token_ids"] == offline_run["prompt_tokens"], \
+            (name, "prompt ids differ", served["prompt_token_ids"], offline_run["prompt_tokens"])
+        for i, choice in enumerate(offline_run["choices"]):
+            assert served["choices"][i]["token_ids"] == choice["tokens"], \
+                (name, i, served["choices"][i]["token_ids"], choice["tokens"])
+    print("  the CLI and the server build the same request (text, ids, chat; n = 2): ok")
+
+
+def check_speculative_serving(plain_server, servelab, model):
+    """serve --speculate K: greedy output identical to plain decoding, drafts in /metrics."""
+    prompt = "apple banana cherry apple banana cherry apple banana cherry apple banana"
+    spec_server = Server(servelab, model, ["--speculate", "4"])
+    try:
+        texts = []
+        for server in (plain_server, spec_server):
+            reply = server.client().completions.create(model="tiny", prompt=prompt, max_tokens=24,
+                                                       temperature=0, extra_body={"ignore_eos": True})
+            texts.append(reply.choices[0].text)
+        drafted = spec_server.metric("servelab_spec_decode_draft_tokens_total")
+    finally:
+        spec_server.stop()
+    assert texts[0] == texts[1], ("--speculate changed greedy output", texts)
+    if drafted <= 0:
+        sys.exit("serve --speculate 4: /metrics counted no drafted tokens")
+    print(f"  serve --speculate 4: greedy text identical, {drafted:.0f} drafts verified: ok")
+
+
+def check_penalties_and_bias(server, servelab, model):
+    """presence_penalty, frequency_penalty and logit_bias through the official client: the
+    same token ids as `servelab generate` with the same flags, and a -100 bias bans a token."""
+    client = server.client()
+
+    def served_ids(**fields):
+        reply = client.completions.create(model="tiny", prompt="one two one two", max_tokens=8,
+                                          temperature=0, extra_body={"return_token_ids": True},
+                                          **fields)
+        return reply.to_dict()["choices"][0]["token_ids"]
+
+    plain = served_ids()
+    banned = served_ids(logit_bias={str(plain[0]): -100})
+    assert banned[0] != plain[0], ("logit_bias -100 did not ban the greedy token", plain, banned)
+    penalized = served_ids(presence_penalty=2.0, frequency_penalty=1.5,
+                           logit_bias={str(plain[1]): 5})
+    done = subprocess.run(
+        [servelab, "-q", "generate", "--model", model, "--prompt", "one two one two",
+         "--max-tokens", "8", "--presence-penalty", "2", "--frequency-penalty", "1.5",
+         "--logit-bias", f"{plain[1]}:5", "--json"],
+        capture_output=True, text=True, check=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    offline_ids = json.loads(done.stdout)["tokens"]
+    assert penalized == offline_ids, ("penalties differ between server and CLI", penalized,
+                                      offline_ids)
+    assert penalized != plain, ("the penalties changed nothing", plain)
+    print("  presence/frequency penalties and logit_bias: as the CLI computes them: ok")
+
+
+def check_parallel_prompt_once(server):
+    """n = 4 choices are one parallel request: the prompt is computed once and forked."""
+    prompt = [random.Random(21).randrange(1, 250) for _ in range(40)]
+    before = server.metric("servelab_prefill_tokens_computed_total")
+    reply = server.client().completions.create(model="tiny", prompt=prompt, max_tokens=3, n=4,
+                                               temperature=0.9, seed=5)
+    computed = server.metric("servelab_prefill_tokens_computed_total") - before
+    assert len(reply.choices) == 4 and {c.index for c in reply.choices} == {0, 1, 2, 3}, reply
+    if computed != len(prompt):
+        sys.exit(f"n = 4 computed {computed:.0f} prompt tokens for a {len(prompt)}-token prompt: "
+                 f"the choices were not forked from one prefill")
+    print(f"  n = 4: the {len(prompt)}-token prompt computed once: ok")
+
+
 def chat_prompt_tokens(server, content):
     reply = server.client().chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": content}], max_tokens=1)
@@ -238,6 +326,10 @@ def main():
             check_bench_serve(server, args.servelab)
             check_disconnect(server)
             check_special_tokens(server, args.servelab, model)
+            check_parallel_prompt_once(server)
+            check_front_door(server, args.servelab, model)
+            check_speculative_serving(server, args.servelab, model)
+            check_penalties_and_bias(server, args.servelab, model)
             check_fuzz(server)
         finally:
             server.stop()

@@ -150,34 +150,40 @@ TEST_F(EngineLoopTest, AFullQueueRefusesAtOnceAndStopDrainsTheAdmitted) {
     }
 }
 
-TEST_F(EngineLoopTest, AGroupIsAdmittedWholeOrNotAtAll) {
-    EngineConfig config;
-    config.scheduler.max_num_seqs = 1;
-    Engine engine(*model_, *runner_, config);
+TEST_F(EngineLoopTest, AGroupIsAdmittedWholeOrNotAtAllAndComputesItsPromptOnce) {
+    Engine engine(*model_, *runner_, EngineConfig{});
     EngineLoop loop(engine, {.max_waiting = 4});
     SamplingParams params;
     params.max_tokens = 3;
+    params.temperature = 0.8f;
+    params.seed = 7;
     const std::vector<TokenId> prompt = random_prompt(6);
     // The loop is not running yet: submissions stay queued and count as waiting.
-    const auto three = loop.submit_group(prompt, std::vector<SamplingParams>(3, params));
+    const auto three = loop.submit_group(prompt, params, 3);
     EXPECT_EQ(three.size(), 3u);
     EXPECT_EQ(loop.stats().num_waiting, 3);
-    EXPECT_THROW(loop.submit_group(prompt, std::vector<SamplingParams>(2, params)), QueueFull)
+    EXPECT_THROW(loop.submit_group(prompt, params, 2), QueueFull)
         << "2 more choices do not fit under max_waiting 4 beside 3";
     EXPECT_EQ(loop.stats().num_waiting, 3)
         << "a refused group must queue none of its choices (it was admitted in part)";
-    const auto one = loop.submit_group(prompt, {params});
+    const auto one = loop.submit_group(random_prompt(5), params, 1);
     EXPECT_EQ(loop.stats().num_waiting, 4);
     LoopThread engine_thread(loop);
-    for (const auto& stream : three) {
+    for (size_t i = 0; i < three.size(); ++i) {
         std::string text;
-        EXPECT_TRUE(read_to_end(*stream, text).result.has_value());
+        const StreamEvent end = read_to_end(*three[i], text);
+        ASSERT_TRUE(end.result.has_value()) << end.error;
+        EXPECT_EQ(end.result->tokens, solo(prompt, completion_params(params, int(i))).tokens)
+            << "choice " << i << " must sample as a lone request seeded seed + " << i;
+        EXPECT_EQ(text, end.result->text) << "choice " << i << " streams its own tokens";
     }
     std::string text;
     EXPECT_TRUE(read_to_end(*one.front(), text).result.has_value());
     engine_thread.finish();
     EXPECT_EQ(loop.stats().total_finished, 4);
     EXPECT_EQ(loop.stats().num_waiting, 0);
+    EXPECT_EQ(loop.stats().total_prefill_tokens, 6 + 5)
+        << "the 3 choices' prompt must be computed once (forked), not 3 times";
 }
 
 // A runner that holds every forward pass until opened, so that a step is

@@ -10,6 +10,7 @@
 
 #include "reference/common/error.h"
 #include "reference/engine/engine.h"
+#include "reference/engine/request_builder.h"
 #include "tests/unit/engine_test_util.h"
 
 namespace servelab {
@@ -138,17 +139,21 @@ TEST_F(EngineTest, RejectsRequestsItCouldNeverRun) {
     EXPECT_EQ(free_after_evicting(engine), 4);
 }
 
-TEST_F(EngineTest, ATextPromptIsTokenizedLikeTheCliDoes) {
+TEST_F(EngineTest, ATextPromptFromTheFrontDoorRunsAsItsIds) {
     Engine engine(*model_, *runner_, EngineConfig{});
     SamplingParams params;
     params.max_tokens = 6;
     params.ignore_eos = true;
-    const std::string text = "hello there";
-    std::vector<TokenId> ids = model_->tokenizer.encode(text, false);
+    RequestSpec spec;
+    spec.text = "hello there";
+    spec.params = params;
+    std::vector<TokenId> ids = model_->tokenizer.encode(spec.text, false);
     if (model_->tokenizer.add_bos() && model_->tokenizer.bos_id() >= 0) {
         ids.insert(ids.begin(), model_->tokenizer.bos_id());
     }
-    engine.add_text_request(text, params);
+    const EngineRequest request = RequestBuilder(*model_).build(spec);
+    EXPECT_EQ(request.prompt, ids);
+    engine.add_parallel_request(request.prompt, request.params, request.num_completions);
     GenerationResult result;
     while (engine.has_unfinished()) {
         for (FinishedRequest& f : engine.step().finished) result = std::move(f.result);

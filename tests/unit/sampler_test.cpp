@@ -255,6 +255,83 @@ TEST(SamplingParams, RejectsOutOfRangeValues) {
     expect_error([](SamplingParams& p) { p.repetition_penalty = 0; }, "repetition_penalty");
     expect_error([](SamplingParams& p) { p.max_tokens = 0; }, "max_tokens");
     expect_error([](SamplingParams& p) { p.stop_strings = {""}; }, "stop strings");
+    expect_error([](SamplingParams& p) { p.presence_penalty = 2.5f; }, "presence_penalty");
+    expect_error([](SamplingParams& p) { p.frequency_penalty = -3.0f; }, "frequency_penalty");
+    expect_error([](SamplingParams& p) { p.logit_bias = {{4, 101.0f}}; }, "logit_bias");
+    expect_error([](SamplingParams& p) { p.logit_bias = {{-1, 1.0f}}; }, "logit_bias");
+}
+
+// The distribution after OpenAI's penalties and the bias, computed directly:
+// counts over the generated tokens only, then a plain softmax.
+std::vector<double> expected_penalized(std::vector<float> logits, size_t prompt_length,
+                                       const std::vector<TokenId>& history,
+                                       const SamplingParams& p) {
+    std::map<TokenId, int> counts;
+    for (size_t i = prompt_length; i < history.size(); ++i) ++counts[history[i]];
+    for (const auto& [id, count] : counts) {
+        logits[size_t(id)] -= p.frequency_penalty * float(count) + p.presence_penalty;
+    }
+    for (const auto& [id, bias] : p.logit_bias) logits[size_t(id)] += bias;
+    const float top = *std::max_element(logits.begin(), logits.end());
+    std::vector<double> probs;
+    double total = 0.0;
+    for (float l : logits) total += std::exp(double(l - top));
+    for (float l : logits) probs.push_back(std::exp(double(l - top)) / total);
+    return probs;
+}
+
+TEST(Sampler, PresenceFrequencyPenaltiesAndLogitBiasMatchADirectComputation) {
+    RandomSource rng;
+    for (int trial = 0; trial < 50; ++trial) {
+        const size_t vocab = size_t(rng.integer(4, 40));
+        SamplingParams params;
+        params.temperature = 1.0f;
+        params.presence_penalty = rng.uniform(1, -2.0f, 2.0f)[0];
+        params.frequency_penalty = rng.uniform(1, -2.0f, 2.0f)[0];
+        for (int i = 0; i < rng.integer(0, 3); ++i) {
+            params.logit_bias.emplace_back(TokenId(rng.integer(0, int64_t(vocab) - 1)),
+                                           rng.uniform(1, -100.0f, 100.0f)[0]);
+        }
+        std::vector<TokenId> history;
+        const size_t prompt_length = size_t(rng.integer(0, 8));
+        for (size_t i = 0; i < prompt_length; ++i) {
+            history.push_back(TokenId(rng.integer(0, int64_t(vocab) - 1)));
+        }
+        Sampler sampler(params);
+        // The first call sees the prompt alone: nothing generated is penalized yet.
+        const std::vector<float> first_logits = rng.normal(vocab, 2.0f);
+        std::vector<float> scratch = first_logits;
+        std::vector<float> probs;
+        sampler.distribution(scratch, history, probs);
+        const std::vector<double> want_first =
+            expected_penalized(first_logits, prompt_length, history, params);
+        for (int step = 0; step < 6; ++step) {
+            history.push_back(TokenId(rng.integer(0, int64_t(vocab) - 1)));
+        }
+        const std::vector<float> logits = rng.normal(vocab, 2.0f);
+        scratch = logits;
+        std::vector<float> later;
+        sampler.distribution(scratch, history, later);
+        const std::vector<double> want = expected_penalized(logits, prompt_length, history, params);
+        for (size_t t = 0; t < vocab; ++t) {
+            ASSERT_NEAR(probs[t], want_first[t], 1e-5)
+                << "first call, token " << t << ": the prompt's tokens must not be penalized "
+                << "(presence and frequency count generated tokens only); " << rng.trace();
+            ASSERT_NEAR(later[t], want[t], 1e-5)
+                << "token " << t << ": expected logit - frequency * count - presence * (count > "
+                << "0) + bias over the generated tokens; " << rng.trace();
+        }
+    }
+}
+
+TEST(Sampler, ALogitBiasOfMinus100BansTheGreedyChoice) {
+    SamplingParams params;
+    const std::vector<float> logits = {0.5f, 3.0f, 1.0f};
+    std::vector<float> copy = logits;
+    EXPECT_EQ(Sampler(params).sample(copy, {}), 1);
+    params.logit_bias = {{1, -100.0f}};
+    copy = logits;
+    EXPECT_EQ(Sampler(params).sample(copy, {}), 2) << "logit_bias -100 must remove token 1";
 }
 
 }  // namespace

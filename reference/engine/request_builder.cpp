@@ -1,0 +1,107 @@
+// request_builder.cpp — see request_builder.h.
+#include "reference/engine/request_builder.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace servelab {
+
+RequestBuilder::RequestBuilder(const Model& model, RequestBuilderOptions options)
+    : model_(model), options_(options) {
+    const std::string source = model.file.get_string("tokenizer.chat_template", "");
+    if (source.empty()) {
+        spdlog::warn("the model has no chat template (tokenizer.chat_template): chat prompts "
+                     "use ChatML");
+        return;
+    }
+    try {
+        chat_template_ = ChatTemplate::parse(source);
+    } catch (const Error& e) {
+        spdlog::warn("the model's chat template cannot be rendered ({}): chat prompts use ChatML",
+                     e.what());
+    }
+}
+
+std::string RequestBuilder::render_chat(std::span<const ChatMessage> messages) const {
+    if (!chat_template_) return format_chatml(messages, /*add_generation_prompt=*/true);
+    const Tokenizer& tokenizer = model_.tokenizer;
+    ChatTemplateInputs inputs;
+    inputs.messages = messages;
+    inputs.add_generation_prompt = true;
+    if (tokenizer.bos_id() >= 0) inputs.bos_token = tokenizer.token_text(tokenizer.bos_id());
+    if (tokenizer.eos_id() >= 0) inputs.eos_token = tokenizer.token_text(tokenizer.eos_id());
+    try {
+        return chat_template_->render(inputs);
+    } catch (const Error& e) {
+        throw RequestError(e.what(), "messages");
+    }
+}
+
+std::vector<TokenId> RequestBuilder::prompt_of(const RequestSpec& spec) const {
+    const Tokenizer& tokenizer = model_.tokenizer;
+    std::vector<TokenId> ids;
+    switch (spec.kind) {
+        case RequestSpec::PromptKind::kTokenIds:
+            ids = spec.token_ids;
+            break;
+        case RequestSpec::PromptKind::kText:
+            ids = tokenizer.encode(spec.text, /*parse_special=*/false);
+            break;
+        case RequestSpec::PromptKind::kChat:
+            ids = encode_chat(
+                tokenizer, spec.messages,
+                [this](std::span<const ChatMessage> messages) { return render_chat(messages); },
+                options_.special_tokens);
+            break;
+    }
+    // Token ids are the caller's exact prompt; text gets the model's BOS,
+    // unless it is there already (a chat template may write it).
+    const TokenId bos = tokenizer.bos_id();
+    const bool wants_bos = spec.kind != RequestSpec::PromptKind::kTokenIds &&
+                           tokenizer.add_bos() && bos >= 0;
+    if (wants_bos && (ids.empty() || ids.front() != bos)) ids.insert(ids.begin(), bos);
+    return ids;
+}
+
+EngineRequest RequestBuilder::build(const RequestSpec& spec) const {
+    EngineRequest request;
+    request.prompt = prompt_of(spec);
+    const int64_t context = model_.config.context_length;
+    const int64_t prompt_tokens = int64_t(request.prompt.size());
+    const char* prompt_param = spec.kind == RequestSpec::PromptKind::kChat ? "messages" : "prompt";
+    if (prompt_tokens == 0 || prompt_tokens >= context) {
+        throw RequestError(fmt::format("the prompt is {} tokens; it must be 1 to {}",
+                                       prompt_tokens, context - 1),
+                           prompt_param, "context_length_exceeded");
+    }
+    for (const TokenId id : request.prompt) {
+        if (id < 0 || id >= model_.config.vocab_size) {
+            throw RequestError(fmt::format("prompt token id {} is outside the vocabulary (0 to {})",
+                                           id, model_.config.vocab_size - 1),
+                               prompt_param);
+        }
+    }
+    const int64_t room = context - prompt_tokens;
+    request.params = spec.params;
+    if (spec.max_tokens_given && request.params.max_tokens > room) {
+        throw RequestError(fmt::format("{} prompt tokens + max_tokens {} exceed the context of {}",
+                                       prompt_tokens, request.params.max_tokens, context),
+                           "max_tokens", "context_length_exceeded");
+    }
+    request.params.max_tokens = int32_t(std::min<int64_t>(request.params.max_tokens, room));
+    if (spec.num_completions < 1) {
+        throw RequestError(fmt::format("n = {} completions; need at least 1", spec.num_completions),
+                           "n");
+    }
+    request.num_completions = spec.num_completions;
+    if (options_.num_speculative_tokens > 0) {
+        request.params.num_speculative_tokens = options_.num_speculative_tokens;
+        request.params.drafter = options_.drafter;
+    }
+    request.params.validate();
+    return request;
+}
+
+}  // namespace servelab

@@ -1,0 +1,102 @@
+// request_builder.h — the one front door: what a user asked for → what the engine runs.
+//
+// Part of the engine (all front ends, chapter 11.7). Every entry point —
+// `servelab generate`, `chat`, the benchmarks and the OpenAI server —
+// describes its request as a RequestSpec and asks a RequestBuilder for the
+// EngineRequest. The rules live here once, so that the same request gives
+// the same token ids whichever door it came through:
+//   - a text prompt is tokenized as plain text (user-defined tokens only);
+//     token ids are taken as given;
+//   - a conversation is rendered by the model's chat template
+//     (`tokenizer.chat_template`, or ChatML when it has none it can render)
+//     and tokenized with the template's control tokens, and the messages'
+//     control-token text parsed or kept plain as the front end chose;
+//   - BOS comes first when the model asks for one (tokenizer.ggml.add_bos_token)
+//     and the prompt does not already start with it (a template may write it);
+//   - the prompt must leave room in the context; an unset max_tokens fills
+//     the room, a given one must fit;
+//   - n completions are one engine request with n choices, seeded
+//     seed + i (completion_params), the prompt computed once;
+//   - the front end's speculative decoding applies to every request.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reference/common/error.h"
+#include "reference/model/chat_format.h"
+#include "reference/model/chat_template.h"
+#include "reference/model/model.h"
+#include "reference/sampling/sampling_params.h"
+
+namespace servelab {
+
+// What a front end received.
+struct RequestSpec {
+    enum class PromptKind { kText, kTokenIds, kChat };
+    PromptKind kind = PromptKind::kText;
+    std::string text;                   // kText
+    std::vector<TokenId> token_ids;     // kTokenIds
+    std::vector<ChatMessage> messages;  // kChat: ends with the open assistant turn
+    SamplingParams params;
+    // false: params.max_tokens is only a default, cut to what the context leaves.
+    bool max_tokens_given = true;
+    int num_completions = 1;
+};
+
+// What the engine runs: Engine::add_parallel_request(prompt, params, n).
+struct EngineRequest {
+    std::vector<TokenId> prompt;
+    SamplingParams params;
+    int num_completions = 1;
+};
+
+// A request that cannot run as asked: one line, the field to blame
+// ("prompt", "messages", "max_tokens", "n"), and an OpenAI-style code.
+class RequestError : public Error {
+  public:
+    RequestError(const std::string& message, std::string param, std::string code = "")
+        : Error(message), param_(std::move(param)), code_(std::move(code)) {}
+    const std::string& param() const { return param_; }
+    const std::string& code() const { return code_; }
+
+  private:
+    std::string param_;
+    std::string code_;
+};
+
+// What a front end sets for every request it builds.
+struct RequestBuilderOptions {
+    SpecialTokensInMessages special_tokens = SpecialTokensInMessages::kParse;
+    // Speculative decoding (Lab 6) for every request: K drafted tokens and
+    // the engine's drafter to draft them; 0 = off. It never changes what is
+    // sampled, only how many forward passes it takes.
+    int32_t num_speculative_tokens = 0;
+    std::string drafter;
+};
+
+class RequestBuilder {
+  public:
+    // `model` must outlive the builder. Parses the model's chat template;
+    // one that is missing or outside the supported subset means ChatML,
+    // with a warning saying why (docs/chat_templates.md).
+    explicit RequestBuilder(const Model& model, RequestBuilderOptions options = {});
+
+    // Throws RequestError (and SamplingParams::validate's Error).
+    EngineRequest build(const RequestSpec& spec) const;
+    // The prompt alone, BOS included.
+    std::vector<TokenId> prompt_of(const RequestSpec& spec) const;
+    // Renders a conversation as the prompt text, the open assistant turn
+    // last. Throws RequestError when the template refuses the messages.
+    std::string render_chat(std::span<const ChatMessage> messages) const;
+    // Whether chat prompts use the model's own template (else ChatML).
+    bool uses_model_template() const { return chat_template_.has_value(); }
+
+  private:
+    const Model& model_;
+    RequestBuilderOptions options_;
+    std::optional<ChatTemplate> chat_template_;
+};
+
+}  // namespace servelab
