@@ -152,7 +152,8 @@ SpeculationOptions::LoadedDrafter SpeculationOptions::load_drafter(const Model& 
                                                                    bool announce) const {
     LoadedDrafter loaded;
     if (drafter == "ngram") {
-        if (announce) spdlog::info("speculative decoding: K = {}, n-gram prompt lookup", num_tokens);
+        if (announce)
+            spdlog::info("speculative decoding: K = {}, n-gram prompt lookup", num_tokens);
         return loaded;  // the engine's own
     }
     if (drafter == "early-exit") {

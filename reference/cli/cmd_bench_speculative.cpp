@@ -36,8 +36,8 @@
 #include "reference/cli/machine_info.h"
 #include "reference/common/error.h"
 #include "reference/engine/engine.h"
-#include "reference/experiments/serving_metrics.h"
 #include "reference/engine/request_builder.h"
+#include "reference/experiments/serving_metrics.h"
 #include "reference/model/chat_format.h"
 #include "reference/speculative/model_drafter.h"
 

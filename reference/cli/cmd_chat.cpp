@@ -1,7 +1,8 @@
-// cmd_chat.cpp — `servelab chat`: an interactive ChatML conversation.
+// cmd_chat.cpp — `servelab chat`: an interactive conversation.
 //
-// Part of the CLI (Lab 1). Each turn re-renders the whole conversation as
-// ChatML and generates the assistant's reply, streamed as it is decoded.
+// Part of the CLI (Lab 1). Each turn re-renders the whole conversation with
+// the model's chat template (through the one front door, request_builder.h,
+// as the server does) and generates the assistant's reply, streamed as it is decoded.
 // With --message, that message is the first turn; further turns are read
 // from stdin, one line each (so `make run` answers its fixed question and
 // then, in a terminal, keeps chatting). An empty line, "exit" or end of
@@ -39,8 +40,8 @@ struct ChatOptions {
 };
 
 std::string reply(const RequestBuilder& builder, CliGenerator& generator,
-                  const SamplingParams& params,
-                  const std::vector<ChatMessage>& conversation, bool print) {
+                  const SamplingParams& params, const std::vector<ChatMessage>& conversation,
+                  bool print) {
     // The conversation through the one front door (request_builder.h), as
     // the server's /v1/chat/completions builds it.
     RequestSpec spec;
@@ -57,8 +58,7 @@ std::string reply(const RequestBuilder& builder, CliGenerator& generator,
             std::fflush(stdout);
         };
     }
-    const GenerationResult result =
-        generator.generate(prompt_ids, request.params, 1, stream).at(0);
+    const GenerationResult result = generator.generate(prompt_ids, request.params, 1, stream).at(0);
     if (!print) return result.text;
     std::printf("\n");
     spdlog::debug(
@@ -102,8 +102,8 @@ void chat_on_rank(const ChatOptions& opts, const SamplingParams& params, RankCon
         const std::string user_text = next_user_line(opts, rank, first_turn);
         if (user_text.empty()) break;
         conversation.push_back({"user", user_text});
-        conversation.push_back({"assistant", reply(builder, generator, params, conversation,
-                                                   rank.talks_to_user())});
+        conversation.push_back(
+            {"assistant", reply(builder, generator, params, conversation, rank.talks_to_user())});
     }
 }
 

@@ -174,7 +174,8 @@ void add_generate_command(CLI::App& app) {
                     "completions of the prompt (parallel sampling)")
         ->check(CLI::Range(1, 64))
         ->capture_default_str();
-    cmd->add_flag("--chat", opts->chat, "wrap the prompt as one ChatML user turn");
+    cmd->add_flag("--chat", opts->chat,
+                  "wrap the prompt as one user turn of the model's chat template");
     cmd->add_flag("--json", opts->json, "print one JSON object: text, token ids, timings");
     cmd->callback([opts] {
         if (opts->prompt.empty() && opts->tokens.empty()) {

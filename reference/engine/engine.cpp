@@ -84,9 +84,10 @@ std::unique_ptr<Engine::Live> Engine::make_live(int64_t id, std::vector<TokenId>
     }
     for (const auto& [id, bias] : params.logit_bias) {
         if (id >= model_.config.vocab_size) {
-            throw Error(fmt::format("add_request: logit_bias token id {} is outside the "
-                                    "vocabulary of {}",
-                                    id, model_.config.vocab_size));
+            throw Error(
+                fmt::format("add_request: logit_bias token id {} is outside the "
+                            "vocabulary of {}",
+                            id, model_.config.vocab_size));
         }
     }
     auto live =
@@ -138,8 +139,8 @@ std::vector<int64_t> Engine::add_parallel_request(std::vector<TokenId> prompt,
     Live& parent = *requests_.at(first);
     for (int i = 1; i < num_completions; ++i) {
         const SamplingParams own = completion_params(params, i);
-        std::unique_ptr<Live> sibling = make_live(next_id_++, prompt, own, 0,
-                                                  std::move(on_tokens[size_t(i)]), parent.arrival);
+        std::unique_ptr<Live> sibling =
+            make_live(next_id_++, prompt, own, 0, std::move(on_tokens[size_t(i)]), parent.arrival);
         sibling->waiting_to_fork = true;
         const int64_t id = sibling->request.id;
         parent.siblings.push_back(id);
@@ -174,8 +175,8 @@ StepOutput Engine::step(const StepScheduledCallback& on_scheduled) {
     const std::vector<BlockCopy> copies = kv_.take_block_copies();
     StepResult result;
     if (!plan.chunks.empty()) {
-        result = runner_.run_step({plan.chunks, copies, plan.samples, plan.verifications},
-                                  kv_.cache());
+        result =
+            runner_.run_step({plan.chunks, copies, plan.samples, plan.verifications}, kv_.cache());
     }
     apply_results(scheduled, drafts, plan, result, step_start, out);
 

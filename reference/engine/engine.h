@@ -194,8 +194,7 @@ class Engine {
                               StepOutput& out);
     // A speculating chunk: [last token, drafts...] and its verification.
     void add_verification(Request& r, const Draft& draft, int64_t row,
-                          std::vector<TokenId>& chunk_tokens, StepBatchPlan& plan,
-                          StepOutput& out);
+                          std::vector<TokenId>& chunk_tokens, StepBatchPlan& plan, StepOutput& out);
     // Phase 3: each chunk's outcome goes back to its request: computed
     // tokens committed, then a verdict (speculation), forks and a first
     // token (a finished prompt), a next token (decode), or a padding row.

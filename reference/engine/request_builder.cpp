@@ -12,20 +12,24 @@ RequestBuilder::RequestBuilder(const Model& model, RequestBuilderOptions options
     : model_(model), options_(options) {
     const std::string source = model.file.get_string("tokenizer.chat_template", "");
     if (source.empty()) {
-        spdlog::warn("the model has no chat template (tokenizer.chat_template): chat prompts "
-                     "use ChatML");
+        fallback_reason_ = "the model has no chat template (tokenizer.chat_template)";
         return;
     }
     try {
         chat_template_ = ChatTemplate::parse(source);
     } catch (const Error& e) {
-        spdlog::warn("the model's chat template cannot be rendered ({}): chat prompts use ChatML",
-                     e.what());
+        fallback_reason_ =
+            fmt::format("the model's chat template cannot be rendered ({})", e.what());
     }
 }
 
 std::string RequestBuilder::render_chat(std::span<const ChatMessage> messages) const {
-    if (!chat_template_) return format_chatml(messages, /*add_generation_prompt=*/true);
+    if (!chat_template_) {
+        // Said once, and only to a front end that renders a conversation.
+        std::call_once(fallback_warned_,
+                       [this] { spdlog::warn("{}: chat prompts use ChatML", fallback_reason_); });
+        return format_chatml(messages, /*add_generation_prompt=*/true);
+    }
     const Tokenizer& tokenizer = model_.tokenizer;
     ChatTemplateInputs inputs;
     inputs.messages = messages;
@@ -59,8 +63,8 @@ std::vector<TokenId> RequestBuilder::prompt_of(const RequestSpec& spec) const {
     // Token ids are the caller's exact prompt; text gets the model's BOS,
     // unless it is there already (a chat template may write it).
     const TokenId bos = tokenizer.bos_id();
-    const bool wants_bos = spec.kind != RequestSpec::PromptKind::kTokenIds &&
-                           tokenizer.add_bos() && bos >= 0;
+    const bool wants_bos =
+        spec.kind != RequestSpec::PromptKind::kTokenIds && tokenizer.add_bos() && bos >= 0;
     if (wants_bos && (ids.empty() || ids.front() != bos)) ids.insert(ids.begin(), bos);
     return ids;
 }
@@ -72,9 +76,9 @@ EngineRequest RequestBuilder::build(const RequestSpec& spec) const {
     const int64_t prompt_tokens = int64_t(request.prompt.size());
     const char* prompt_param = spec.kind == RequestSpec::PromptKind::kChat ? "messages" : "prompt";
     if (prompt_tokens == 0 || prompt_tokens >= context) {
-        throw RequestError(fmt::format("the prompt is {} tokens; it must be 1 to {}",
-                                       prompt_tokens, context - 1),
-                           prompt_param, "context_length_exceeded");
+        throw RequestError(
+            fmt::format("the prompt is {} tokens; it must be 1 to {}", prompt_tokens, context - 1),
+            prompt_param, "context_length_exceeded");
     }
     for (const TokenId id : request.prompt) {
         if (id < 0 || id >= model_.config.vocab_size) {

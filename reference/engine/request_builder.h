@@ -20,6 +20,7 @@
 //   - the front end's speculative decoding applies to every request.
 #pragma once
 
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -80,7 +81,8 @@ class RequestBuilder {
   public:
     // `model` must outlive the builder. Parses the model's chat template;
     // one that is missing or outside the supported subset means ChatML,
-    // with a warning saying why (docs/chat_templates.md).
+    // with a warning saying why at the first conversation rendered
+    // (docs/chat_templates.md).
     explicit RequestBuilder(const Model& model, RequestBuilderOptions options = {});
 
     // Throws RequestError (and SamplingParams::validate's Error).
@@ -97,6 +99,8 @@ class RequestBuilder {
     const Model& model_;
     RequestBuilderOptions options_;
     std::optional<ChatTemplate> chat_template_;
+    std::string fallback_reason_;  // why there is none (warned at the first chat)
+    mutable std::once_flag fallback_warned_;
 };
 
 }  // namespace servelab

@@ -1,11 +1,11 @@
 // chat_format.h — render a conversation as the prompt text, or the token ids,
 // a chat model expects.
 //
-// Part of the model loader (all labs). SmolLM2's GGUF chat template produces
-// ChatML; servelab formats it directly rather than running a Jinja engine.
-// encode_chatml is where a front end decides whether text inside a message
-// may spell the template's control tokens (docs/serving.md, "Special tokens
-// in chat messages").
+// Part of the model loader (all labs). format_chatml is the fallback for a
+// model whose own template (chat_template.h) is missing or cannot be
+// rendered. encode_chat, whichever template renders, is where a front end
+// decides whether text inside a message may spell the template's control
+// tokens (docs/serving.md, "Special tokens in chat messages").
 #pragma once
 
 #include <functional>
@@ -64,7 +64,8 @@ std::vector<TokenId> encode_chatml(const Tokenizer& tokenizer,
                                    SpecialTokensInMessages special_tokens);
 
 // SmolLM2's chat template puts this system message first whenever the
-// conversation does not start with one; callers add it themselves.
+// conversation does not start with one (the tests check its rendering
+// against format_chatml with it).
 inline constexpr std::string_view kSmolLmDefaultSystemPrompt =
     "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
 

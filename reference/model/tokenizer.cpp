@@ -372,8 +372,7 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool parse_special
 
 std::vector<TokenId> Tokenizer::encode_with_plain_spans(
     std::string_view text, std::span<const TextSpan> plain_spans) const {
-    return impl_->encode_fragments(
-        impl_->split_special(text, /*parse_special=*/true, plain_spans));
+    return impl_->encode_fragments(impl_->split_special(text, /*parse_special=*/true, plain_spans));
 }
 
 std::vector<std::string_view> Tokenizer::control_token_texts() const {

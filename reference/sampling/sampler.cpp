@@ -24,9 +24,8 @@ void apply_repetition_penalty(std::span<float> logits, std::span<const TokenId> 
     }
 }
 
-void apply_presence_frequency_penalties(std::span<float> logits,
-                                        std::span<const TokenId> generated, float presence,
-                                        float frequency) {
+void apply_presence_frequency_penalties(std::span<float> logits, std::span<const TokenId> generated,
+                                        float presence, float frequency) {
     if (presence == 0.0f && frequency == 0.0f) return;
     std::unordered_map<TokenId, int64_t> counts;
     for (const TokenId id : generated) {

@@ -67,9 +67,8 @@ void apply_repetition_penalty(std::span<float> logits, std::span<const TokenId> 
 
 // OpenAI's presence and frequency penalties over `generated` (the tokens
 // generated so far): logit[t] -= frequency * count[t] + presence * (count[t] > 0).
-void apply_presence_frequency_penalties(std::span<float> logits,
-                                        std::span<const TokenId> generated, float presence,
-                                        float frequency);
+void apply_presence_frequency_penalties(std::span<float> logits, std::span<const TokenId> generated,
+                                        float presence, float frequency);
 
 // logit[t] += bias for each (t, bias); ids outside the vocabulary are skipped.
 void apply_logit_bias(std::span<float> logits,

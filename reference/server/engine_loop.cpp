@@ -57,9 +57,9 @@ std::vector<std::shared_ptr<RequestStream>> EngineLoop::submit_group(std::vector
         if (stopping_) throw QueueFull("the server is shutting down");
         const int64_t waiting = queued_ + engine_waiting_;
         if (waiting + n > config_.max_waiting) {
-            throw QueueFull(fmt::format(
-                "the server is at capacity: {} requests are waiting (--max-waiting {})", waiting,
-                config_.max_waiting));
+            throw QueueFull(
+                fmt::format("the server is at capacity: {} requests are waiting (--max-waiting {})",
+                            waiting, config_.max_waiting));
         }
         submissions_.push_back(std::move(submission));
         queued_ += n;
@@ -158,7 +158,7 @@ void EngineLoop::run() {
         for (Submission& submission : arrived) admit(submission);
         const bool cancelled_some = cancel_abandoned();
         if (!engine_.has_unfinished() && !cancelled_some) continue;
-        const StepOutput out = engine_.step([this](const StepScheduled& scheduled) {
+        StepOutput out = engine_.step([this](const StepScheduled& scheduled) {
             engine_waiting_ = scheduled.num_waiting;
             engine_running_ = scheduled.num_running;
             kv_blocks_used_ = scheduled.num_kv_blocks_used;
@@ -167,16 +167,16 @@ void EngineLoop::run() {
     }
 }
 
-void EngineLoop::record_step(const StepOutput& out) {
+void EngineLoop::record_step(StepOutput& out) {
     int64_t finished = 0;
     int64_t cancelled = 0;
-    for (const FinishedRequest& done : out.finished) {
+    for (FinishedRequest& done : out.finished) {
         auto it = live_.find(done.request_id);
         if (it == live_.end()) continue;
         (done.result.finish_reason == FinishReason::kCancelled ? cancelled : finished) += 1;
         StreamEvent end;
         end.kind = StreamEvent::Kind::kEnd;
-        end.result = done.result;
+        end.result = std::move(done.result);
         it->second->push(std::move(end));
         live_.erase(it);
     }

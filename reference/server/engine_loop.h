@@ -100,8 +100,8 @@ struct EngineLoopStats {
     int64_t total_steps = 0;
     int64_t total_drafted_tokens = 0;
     int64_t total_accepted_tokens = 0;
-    int64_t total_finished = 0;   // ended with a finish reason other than "cancelled"
-    int64_t total_cancelled = 0;  // ended "cancelled" (client gone, or the drain timed out)
+    int64_t total_finished = 0;        // ended with a finish reason other than "cancelled"
+    int64_t total_cancelled = 0;       // ended "cancelled" (client gone, or the drain timed out)
     int64_t total_prefill_tokens = 0;  // prompt tokens computed (not found cached or forked)
 };
 
@@ -150,7 +150,7 @@ class EngineLoop {
     // Cancels the requests whose clients left (all of them once the drain
     // deadline has passed); true if there were any.
     bool cancel_abandoned();
-    void record_step(const StepOutput& out);
+    void record_step(StepOutput& out);  // hands each finished result to its stream
 
     Engine& engine_;
     EngineLoopConfig config_;
