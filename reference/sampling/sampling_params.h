@@ -33,8 +33,8 @@ struct SamplingParams {
     // Added to the logits of the given tokens before sampling, in [-100, 100]
     // (-100 all but bans a token, as in OpenAI's API).
     std::vector<std::pair<TokenId, float>> logit_bias;
-    uint64_t seed = 0;  // per-request RNG seed: same seed, same tokens
-    int32_t max_tokens = 128;         // generated tokens at most
+    uint64_t seed = 0;                      // per-request RNG seed: same seed, same tokens
+    int32_t max_tokens = 128;               // generated tokens at most
     std::vector<TokenId> stop_token_ids;    // besides the model's end-of-generation tokens
     std::vector<std::string> stop_strings;  // generation ends before the first match
     bool ignore_eos = false;                // keep going past end-of-generation tokens

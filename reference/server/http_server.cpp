@@ -76,9 +76,7 @@ RequestSpec spec_of(const ApiRequest& request) {
 }  // namespace
 
 OpenAiServer::OpenAiServer(const Model& model, EngineLoop& loop, ServerOptions options)
-    : loop_(loop),
-      options_(std::move(options)),
-      builder_(model, options_.requests) {
+    : loop_(loop), options_(std::move(options)), builder_(model, options_.requests) {
     limits_.model_name = options_.model_name;
     limits_.context_length = model.config.context_length;
     limits_.vocab_size = model.config.vocab_size;
@@ -368,9 +366,9 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
         } else {
             metrics_.record_request_success();
         }
-        response.set_content(to_text(completion_response(header, results, prompt_tokens,
-                                                         request.return_token_ids)),
-                             "application/json");
+        response.set_content(
+            to_text(completion_response(header, results, prompt_tokens, request.return_token_ids)),
+            "application/json");
         return;
     }
 

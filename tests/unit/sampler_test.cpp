@@ -169,8 +169,8 @@ TEST(SamplingFilters, ArgmaxFindsTheLargestValueWhereverItIs) {
 }
 
 TEST(SamplingFilters, ArgmaxGivesATieToTheLowestId) {
-    for (const std::vector<float>& tied : {std::vector<float>{3, 1, 3, 3}, {1, 3, 3, 2},
-                                           {-1, -1}, {0, 2, 2, 2, 2}}) {
+    for (const std::vector<float>& tied :
+         {std::vector<float>{3, 1, 3, 3}, {1, 3, 3, 2}, {-1, -1}, {0, 2, 2, 2, 2}}) {
         const TokenId first = TokenId(std::max_element(tied.begin(), tied.end()) - tied.begin());
         const TokenId got = argmax(tied);
         EXPECT_EQ(got, first) << "on a tie argmax returned id " << got << ": the lowest id must "
@@ -182,9 +182,10 @@ TEST(SamplingFilters, ArgmaxGivesATieToTheLowestId) {
 // What keep_top_k must leave: most likely first, ties broken by the lower id,
 // the first k of them (all when k is 0 or at least the count).
 std::vector<Candidate> top_k_by_definition(std::vector<Candidate> candidates, int32_t k) {
-    std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-        return a.score != b.score ? a.score > b.score : a.id < b.id;
-    });
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const Candidate& a, const Candidate& b) {
+                         return a.score != b.score ? a.score > b.score : a.id < b.id;
+                     });
     if (k > 0 && size_t(k) < candidates.size()) candidates.resize(size_t(k));
     return candidates;
 }
@@ -200,8 +201,8 @@ TEST(SamplingFilters, KeepTopKSortsByScoreThenIdAndKeepsTheFirstK) {
             candidates.push_back({float(random.integer(1, 6)) * 0.01f, TokenId(id)});
         }
         std::shuffle(candidates.begin(), candidates.end(), random.engine());
-        for (int32_t k : {0, 1, int32_t(n - 1), int32_t(n), int32_t(n + 3),
-                          int32_t(random.integer(1, n))}) {
+        for (int32_t k :
+             {0, 1, int32_t(n - 1), int32_t(n), int32_t(n + 3), int32_t(random.integer(1, n))}) {
             std::vector<Candidate> kept = candidates;
             keep_top_k(kept, k);
             const std::vector<Candidate> expected = top_k_by_definition(candidates, k);
