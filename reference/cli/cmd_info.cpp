@@ -2,19 +2,25 @@
 //
 // Part of the CLI (all labs). Prints the metadata (long arrays summarized),
 // the tensor table, the parameter count and the KV-cache bytes per token —
-// the figure chapter 11.3 builds on. --json prints the same as one object.
+// the figure chapter 11.3 builds on — and the chat template: the model's own
+// (its source, and what it makes of a one-turn conversation) or why chat
+// falls back to ChatML. --json prints the same as one object.
 // --kv (Lab 3) prints instead the KV footprint of this model and of the
 // named configs of reference/kv/kv_budget.h, for fp32/fp16/int8 elements,
 // against a memory budget (--kv-budget).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
 #include "reference/kv/kv_budget.h"
+#include "reference/model/chat_format.h"
+#include "reference/model/chat_template.h"
 #include "reference/model/gguf_reader.h"
 #include "reference/model/model_config.h"
 #include "reference/model/model_weights.h"
@@ -131,6 +137,66 @@ void print_kv_report(const std::vector<NamedModelConfig>& configs, int64_t budge
         "context limit may be lower); 4k requests: 4096-token sequences that fit side by side.\n");
 }
 
+// The prompt format chat requests get: the model's own template (and what
+// it makes of a one-turn conversation), or why they fall back to ChatML.
+struct ChatTemplateReport {
+    std::string source;    // tokenizer.chat_template, "" if none
+    bool renders = false;  // inside the supported subset
+    std::string why_not;   // when it does not
+    std::string example;   // a one-turn conversation, rendered
+};
+
+ChatTemplateReport chat_template_report(const GgufFile& file) {
+    ChatTemplateReport report;
+    report.source = file.get_string("tokenizer.chat_template", "");
+    const std::optional<ChatTemplate> chat_template = load_chat_template(file, report.why_not);
+    const std::vector<ChatMessage> conversation = {{"user", "Hello!"}};
+    if (!chat_template) {
+        report.example = format_chatml(conversation, /*add_generation_prompt=*/true);
+        return report;
+    }
+    ChatTemplateInputs inputs;
+    inputs.messages = conversation;
+    set_special_tokens(inputs, Tokenizer::from_gguf(file));
+    try {
+        report.example = chat_template->render(inputs);
+        report.renders = true;
+    } catch (const Error& e) {
+        report.why_not = fmt::format(
+            "the model's chat template fails on a one-turn conversation "
+            "({})",
+            e.what());
+        report.example = format_chatml(conversation, /*add_generation_prompt=*/true);
+    }
+    return report;
+}
+
+void print_indented(const std::string& text) {
+    size_t start = 0;
+    while (start <= text.size()) {
+        const size_t end = std::min(text.find('\n', start), text.size());
+        std::printf("  | %s\n", text.substr(start, end - start).c_str());
+        start = end + 1;
+    }
+}
+
+void print_chat_template(const ChatTemplateReport& report) {
+    if (report.renders) {
+        std::printf(
+            "\nchat template: the model's own (tokenizer.chat_template, %zu bytes), "
+            "rendered by servelab's Jinja subset (docs/chat_templates.md)\n",
+            report.source.size());
+    } else {
+        std::printf("\nchat template: ChatML fallback: %s\n", report.why_not.c_str());
+    }
+    if (!report.source.empty()) {
+        std::printf("template source:\n");
+        print_indented(report.source);
+    }
+    std::printf("a one-turn conversation ({\"user\": \"Hello!\"}) becomes:\n");
+    print_indented(report.example);
+}
+
 }  // namespace
 
 void add_info_command(CLI::App& app) {
@@ -177,6 +243,11 @@ void add_info_command(CLI::App& app) {
             out["kv_bytes_per_token_fp32"] = kv_cache_bytes(config, 1, KvDtype::kF32);
             for (const auto& [key, value] : file.metadata())
                 out["metadata"][key] = value_to_json(value);
+            const ChatTemplateReport chat = chat_template_report(file);
+            out["chat_template"] = {{"renders", chat.renders},
+                                    {"fallback", chat.renders ? "" : "chatml"},
+                                    {"why_not", chat.why_not},
+                                    {"example", chat.example}};
             for (const GgufTensorInfo& t : file.tensors()) {
                 out["tensors"].push_back({{"name", t.name},
                                           {"type", ggml_type_traits(t.type).name},
@@ -216,6 +287,7 @@ void add_info_command(CLI::App& app) {
                         std::string(ggml_type_traits(t.type).name).c_str(),
                         dims_to_string(t.dims).c_str(), (unsigned long long)t.size_bytes);
         }
+        print_chat_template(chat_template_report(file));
     });
 }
 

@@ -4,6 +4,8 @@
 // the Python oracle tests and students can make models of any shape.
 #include <spdlog/spdlog.h>
 
+#include <fstream>
+#include <iterator>
 #include <memory>
 
 #include "reference/cli/commands.h"
@@ -16,6 +18,7 @@ void add_make_tiny_model_command(CLI::App& app) {
         std::string out;
         std::string weight_type = "f32";
         bool untied = false;
+        std::string chat_template_file;
         TinyModelOptions model;
     };
     auto opts = std::make_shared<Options>();
@@ -59,7 +62,14 @@ void add_make_tiny_model_command(CLI::App& app) {
     cmd->add_option("--v-head-dim", opts->model.v_head_dim, "MLA: per-head value width")
         ->check(CLI::Range(1, 1024))
         ->capture_default_str();
+    cmd->add_option("--chat-template", opts->chat_template_file,
+                    "a file whose text becomes tokenizer.chat_template (default: none)")
+        ->check(CLI::ExistingFile);
     cmd->callback([opts] {
+        if (!opts->chat_template_file.empty()) {
+            std::ifstream file(opts->chat_template_file, std::ios::binary);
+            opts->model.chat_template.assign(std::istreambuf_iterator<char>(file), {});
+        }
         opts->model.weight_type = parse_weight_type(opts->weight_type);
         opts->model.tied_embeddings = !opts->untied;
         write_tiny_model(opts->model, opts->out);

@@ -502,7 +502,26 @@ StepResult CudaModelRunner::run_step(const StepBatch& batch, PagedKvCache& cache
                                         cudaMemcpyDeviceToHost, d.stream));
     SERVELAB_CUDA_CHECK(cudaStreamSynchronize(d.stream));
     for (size_t i = 0; i < ids.size(); ++i) tokens[i] = TokenId(ids[i]);
+    add_logprobs(batch, result);
     return result;
+}
+
+// The requests that ask for logprobs are few, so their rows come to the
+// host, where their own Sampler computes the numbers for the token the GPU
+// drew, over the distribution it drew from (the same pipeline, so the same
+// kept set). Everyone else still gets token ids only.
+void CudaModelRunner::add_logprobs(const StepBatch& batch, StepResult& result) {
+    Device& d = *device_;
+    std::vector<float> row(size_t(config_.vocab_size));
+    for (size_t i = 0; i < batch.samples.size(); ++i) {
+        const SampleRequest& request = batch.samples[i];
+        if (request.sampler->params().logprobs < 0) continue;
+        SERVELAB_CUDA_CHECK(cudaMemcpy(row.data(),
+                                       d.act->logits.data() + request.row * config_.vocab_size,
+                                       row.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        result.logprobs.resize(batch.samples.size());
+        result.logprobs[i] = request.sampler->logprobs_of(row, request.history, result.sampled[i]);
+    }
 }
 
 std::vector<float> CudaModelRunner::forward_logits(const StepBatch& batch, PagedKvCache& cache) {

@@ -67,6 +67,7 @@ class CudaModelRunner : public StepRunner {
     KvStorage kv_storage() const override { return KvStorage::kDevice; }
     // The device sampler has temperature, top-k/p, min-p and the repetition
     // penalty; presence/frequency penalties and logit bias are the CPU's.
+    // Logprobs are computed on the host from a copy of the asking rows.
     void check_sampling(const SamplingParams& params) const override;
 
     // The same forward pass, returning the logits of each chunk's last token
@@ -86,6 +87,8 @@ class CudaModelRunner : public StepRunner {
     void forward(const StepBatch& batch, PagedKvCache& cache);
     // Copy-on-write copies the host made since the last step, on the device.
     void replay_block_copies(std::span<const BlockCopy> copies, int64_t num_blocks);
+    // The logprobs of the samples that ask for them, computed on the host.
+    void add_logprobs(const StepBatch& batch, StepResult& result);
 
     const ModelConfig& config_;
     CudaRunnerOptions options_;

@@ -14,6 +14,12 @@ double ms_between(Engine::Clock::time_point from, Engine::Clock::time_point to) 
     return std::chrono::duration<double, std::milli>(to - from).count();
 }
 
+// Sample `i`'s logprobs, when the runner computed any.
+const std::optional<SampledLogprobs>& logprobs_at(const StepResult& result, size_t i) {
+    static const std::optional<SampledLogprobs> none;
+    return i < result.logprobs.size() ? result.logprobs[i] : none;
+}
+
 }  // namespace
 
 struct Engine::Live {
@@ -267,10 +273,10 @@ void Engine::apply_results(const SchedulerOutput& scheduled, std::span<const Dra
         }
         kv_.commit(r.kv, r.tokens);
         if (plan.first_sample[i] < 0) continue;  // mid-prompt: no token this step
-        const auto mine = std::span(result.sampled).subspan(size_t(plan.first_sample[i]));
-        const size_t num_siblings = live.siblings.size();
-        if (num_siblings > 0) fork_siblings(live, mine.first(num_siblings), now, out);
-        accept_token(live, mine[num_siblings], now, out);
+        const size_t first = size_t(plan.first_sample[i]);
+        const size_t own = first + live.siblings.size();
+        if (!live.siblings.empty()) fork_siblings(live, result, first, now, out);
+        accept_token(live, result.sampled[own], logprobs_at(result, own), now, out);
     }
 }
 
@@ -328,11 +334,12 @@ void Engine::accept_verified(Live& live, std::span<const TokenId> drafts,
     std::vector<TokenId> emitted(kept.begin(), kept.end());
     emitted.push_back(verdict.next_token);
     for (TokenId token : emitted) {
-        if (accept_token(live, token, now, out)) return;  // finished: the rest is dropped
+        if (accept_token(live, token, std::nullopt, now, out))
+            return;  // finished: the rest is dropped
     }
 }
 
-void Engine::fork_siblings(Live& parent, std::span<const TokenId> first_tokens,
+void Engine::fork_siblings(Live& parent, const StepResult& result, size_t first,
                            Clock::time_point now, StepOutput& out) {
     for (size_t i = 0; i < parent.siblings.size(); ++i) {
         Live& sibling = *requests_.at(parent.siblings[i]);
@@ -342,15 +349,17 @@ void Engine::fork_siblings(Live& parent, std::span<const TokenId> first_tokens,
         sibling.result.cached_prompt_tokens = parent.result.cached_prompt_tokens;
         sibling.request.kv = kv_.fork(parent.request.kv);
         scheduler_.add_running(sibling.request);
-        accept_token(sibling, first_tokens[i], now, out);
+        accept_token(sibling, result.sampled[first + i], logprobs_at(result, first + i), now, out);
     }
     parent.siblings.clear();
 }
 
-bool Engine::accept_token(Live& live, TokenId token, Clock::time_point now, StepOutput& out) {
+bool Engine::accept_token(Live& live, TokenId token, const std::optional<SampledLogprobs>& logprobs,
+                          Clock::time_point now, StepOutput& out) {
     Request& r = live.request;
     r.tokens.push_back(token);
     live.result.tokens.push_back(token);
+    if (logprobs) live.result.logprobs.push_back(*logprobs);
     if (live.result.tokens.size() == 1)
         live.result.timings.first_step_ms = ms_between(live.arrival, now);
     live.result.timings.step_latency_ms.push_back(ms_between(live.last_token, now));
@@ -364,7 +373,7 @@ bool Engine::accept_token(Live& live, TokenId token, Clock::time_point now, Step
         finished = FinishReason::kLength;
     }
     if (live.on_token) live.on_token(token, piece);
-    out.tokens.push_back({r.id, token, piece});
+    out.tokens.push_back({r.id, token, std::move(piece), logprobs});
     if (finished) finish(live, *finished, out.finished);
     return finished.has_value();
 }

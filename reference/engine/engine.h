@@ -44,6 +44,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -72,6 +73,7 @@ struct TokenEvent {
     int64_t request_id = 0;
     TokenId token = 0;
     std::string text;
+    std::optional<SampledLogprobs> logprobs;  // when the request asked for them
 };
 
 struct FinishedRequest {
@@ -168,9 +170,11 @@ class Engine {
     std::unique_ptr<Live> make_live(int64_t id, std::vector<TokenId> prompt,
                                     const SamplingParams& params, int32_t priority,
                                     TokenCallback on_token, Clock::time_point arrival);
-    // Appends `token` to `live`, streams it, and finishes `live` if it is
-    // done. Returns true when it finished (`live` may then be destroyed).
-    bool accept_token(Live& live, TokenId token, Clock::time_point now, StepOutput& out);
+    // Appends `token` (and its logprobs, when `live` asked for them) to
+    // `live`, streams it, and finishes `live` if it is done. Returns true
+    // when it finished (`live` may then be destroyed).
+    bool accept_token(Live& live, TokenId token, const std::optional<SampledLogprobs>& logprobs,
+                      Clock::time_point now, StepOutput& out);
     // The drafts for every chunk with draft slots (others get none), one
     // propose() call per drafter.
     std::vector<Draft> propose_drafts(const SchedulerOutput& scheduled, StepOutput& out);
@@ -207,7 +211,8 @@ class Engine {
                          Clock::time_point now, StepOutput& out);
     // The prompt of `parent` is computed: its waiting siblings fork its
     // blocks and take their first tokens (sampled from the parent's logits).
-    void fork_siblings(Live& parent, std::span<const TokenId> first_tokens, Clock::time_point now,
+    // Their tokens are the step's samples from `first` on, one per sibling.
+    void fork_siblings(Live& parent, const StepResult& result, size_t first, Clock::time_point now,
                        StepOutput& out);
     // Ends `live` and appends its result to `finished`. `live` is then
     // destroyed, or (static batching) kept as a padding row.

@@ -20,6 +20,7 @@
 #include "reference/engine/stop_checker.h"
 #include "reference/kv/kv_cache.h"
 #include "reference/sampling/sampling_params.h"
+#include "reference/sampling/token_logprobs.h"
 
 namespace servelab {
 
@@ -65,6 +66,9 @@ struct GenerationResult {
     int64_t cached_prompt_tokens = 0;
     int64_t num_preemptions = 0;
     SpeculativeStats speculative;  // all 0 without speculation
+    // One per generated token when SamplingParams::logprobs >= 0 (the
+    // engine's requests only), else empty.
+    std::vector<SampledLogprobs> logprobs;
 };
 
 // Called once per generated token with the text now safe to show (may be

@@ -160,7 +160,13 @@ StepResult ModelRunner::run_step(const StepBatch& batch, PagedKvCache& cache) {
             logits.begin() + std::ptrdiff_t((rows_end[size_t(sample.row)] - 1) * vocab_size);
         // A copy: the sampler edits it, and siblings share the row.
         sample_row_.assign(first, first + std::ptrdiff_t(vocab_size));
-        result.sampled.push_back(sample.sampler->sample(sample_row_, sample.history));
+        if (sample.sampler->params().logprobs < 0) {
+            result.sampled.push_back(sample.sampler->sample(sample_row_, sample.history));
+            continue;
+        }
+        result.logprobs.resize(batch.samples.size());
+        SampledLogprobs& logprobs = result.logprobs[result.sampled.size()].emplace();
+        result.sampled.push_back(sample.sampler->sample(sample_row_, sample.history, &logprobs));
     }
     for (const VerifyRequest& verify : batch.verifications) {
         check_row(verify.row, "verification");
@@ -187,6 +193,26 @@ void ModelRunner::share_rank0_tokens(StepResult& result) {
     if (comm().size() == 1) return;
     broadcast_vector(comm(), result.sampled, 0);
     broadcast_vector(comm(), result.verified, 0);
+    // Logprobs travel flat: per sample a count (-1: none asked), then the
+    // chosen token and the top ones.
+    std::vector<int32_t> counts;
+    std::vector<TokenLogprob> flat;
+    for (const std::optional<SampledLogprobs>& logprobs : result.logprobs) {
+        counts.push_back(logprobs ? int32_t(logprobs->top.size()) : -1);
+        if (!logprobs) continue;
+        flat.push_back(logprobs->chosen);
+        flat.insert(flat.end(), logprobs->top.begin(), logprobs->top.end());
+    }
+    broadcast_vector(comm(), counts, 0);
+    broadcast_vector(comm(), flat, 0);
+    result.logprobs.assign(counts.size(), std::nullopt);
+    size_t next = 0;
+    for (size_t i = 0; i < counts.size(); ++i) {
+        if (counts[i] < 0) continue;
+        SampledLogprobs& logprobs = result.logprobs[i].emplace();
+        logprobs.chosen = flat.at(next++);
+        for (int32_t j = 0; j < counts[i]; ++j) logprobs.top.push_back(flat.at(next++));
+    }
 }
 
 std::span<const float> ModelRunner::run_layers(std::span<const SequenceChunk> chunks, KvTarget kv) {

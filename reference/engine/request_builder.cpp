@@ -10,17 +10,7 @@ namespace servelab {
 
 RequestBuilder::RequestBuilder(const Model& model, RequestBuilderOptions options)
     : model_(model), options_(options) {
-    const std::string source = model.file.get_string("tokenizer.chat_template", "");
-    if (source.empty()) {
-        fallback_reason_ = "the model has no chat template (tokenizer.chat_template)";
-        return;
-    }
-    try {
-        chat_template_ = ChatTemplate::parse(source);
-    } catch (const Error& e) {
-        fallback_reason_ =
-            fmt::format("the model's chat template cannot be rendered ({})", e.what());
-    }
+    chat_template_ = load_chat_template(model.file, fallback_reason_);
 }
 
 std::string RequestBuilder::render_chat(std::span<const ChatMessage> messages) const {
@@ -30,12 +20,10 @@ std::string RequestBuilder::render_chat(std::span<const ChatMessage> messages) c
                        [this] { spdlog::warn("{}: chat prompts use ChatML", fallback_reason_); });
         return format_chatml(messages, /*add_generation_prompt=*/true);
     }
-    const Tokenizer& tokenizer = model_.tokenizer;
     ChatTemplateInputs inputs;
     inputs.messages = messages;
     inputs.add_generation_prompt = true;
-    if (tokenizer.bos_id() >= 0) inputs.bos_token = tokenizer.token_text(tokenizer.bos_id());
-    if (tokenizer.eos_id() >= 0) inputs.eos_token = tokenizer.token_text(tokenizer.eos_id());
+    set_special_tokens(inputs, model_.tokenizer);
     try {
         return chat_template_->render(inputs);
     } catch (const Error& e) {
@@ -100,7 +88,9 @@ EngineRequest RequestBuilder::build(const RequestSpec& spec) const {
                            "n");
     }
     request.num_completions = spec.num_completions;
-    if (options_.num_speculative_tokens > 0) {
+    // A request asking for logprobs decodes without speculation
+    // (SamplingParams::logprobs); its tokens are distributed the same.
+    if (options_.num_speculative_tokens > 0 && request.params.logprobs < 0) {
         request.params.num_speculative_tokens = options_.num_speculative_tokens;
         request.params.drafter = options_.drafter;
     }

@@ -17,7 +17,8 @@
 //     the room, a given one must fit;
 //   - n completions are one engine request with n choices, seeded
 //     seed + i (completion_params), the prompt computed once;
-//   - the front end's speculative decoding applies to every request.
+//   - the front end's speculative decoding applies to every request that
+//     does not ask for logprobs.
 #pragma once
 
 #include <mutex>

@@ -8,12 +8,14 @@
 //   forward pass over the chunks  →  the logits of each chunk's last token
 //   → the samples the engine asks for  →  token ids
 // Sampling sits inside the call so a GPU never copies vocab-sized logits
-// back to the host: only the token ids travel. Each sample names its
+// back to the host: only the token ids travel (and, for the requests that
+// ask, their log-probabilities). Each sample names its
 // request's own Sampler (its parameters and random stream), so a request's
 // tokens depend on its seed alone, on either device.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -59,6 +61,9 @@ struct StepBatch {
 struct StepResult {
     std::vector<TokenId> sampled;        // one per sample, in order
     std::vector<Verification> verified;  // one per verification, in order
+    // One per sample, in order, set for the samples whose Sampler asks for
+    // logprobs (SamplingParams::logprobs >= 0); empty when none asks.
+    std::vector<std::optional<SampledLogprobs>> logprobs;
 };
 
 class StepRunner {

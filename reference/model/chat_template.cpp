@@ -4,6 +4,8 @@
 // See chat_template.h.
 #include "reference/model/chat_template.h"
 
+#include <fmt/format.h>
+
 #include "reference/model/jinja_eval.h"
 #include "reference/model/jinja_parser.h"
 
@@ -36,6 +38,25 @@ std::string ChatTemplate::render(const ChatTemplateInputs& inputs) const {
         {"namespace", Value::function("namespace")},
     };
     return jinja::render_template(*parsed_, std::move(globals));
+}
+
+std::optional<ChatTemplate> load_chat_template(const GgufFile& file, std::string& why_not) {
+    const std::string source = file.get_string("tokenizer.chat_template", "");
+    if (source.empty()) {
+        why_not = "the model has no chat template (tokenizer.chat_template)";
+        return std::nullopt;
+    }
+    try {
+        return ChatTemplate::parse(source);
+    } catch (const Error& e) {
+        why_not = fmt::format("the model's chat template cannot be rendered ({})", e.what());
+        return std::nullopt;
+    }
+}
+
+void set_special_tokens(ChatTemplateInputs& inputs, const Tokenizer& tokenizer) {
+    inputs.bos_token = tokenizer.bos_id() >= 0 ? tokenizer.token_text(tokenizer.bos_id()) : "";
+    inputs.eos_token = tokenizer.eos_id() >= 0 ? tokenizer.token_text(tokenizer.eos_id()) : "";
 }
 
 }  // namespace servelab

@@ -12,12 +12,15 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 
 #include "reference/common/error.h"
 #include "reference/model/chat_format.h"
+#include "reference/model/gguf_reader.h"
+#include "reference/model/tokenizer.h"
 
 namespace servelab {
 
@@ -53,5 +56,15 @@ class ChatTemplate {
     explicit ChatTemplate(std::shared_ptr<const jinja::Template> parsed);
     std::shared_ptr<const jinja::Template> parsed_;
 };
+
+// The model's own template (tokenizer.chat_template in the GGUF header),
+// parsed. Empty, with `why_not` saying why in one line, when the model has
+// none or it is outside the supported subset: the caller falls back to
+// ChatML (RequestBuilder), or says so (`servelab info`).
+std::optional<ChatTemplate> load_chat_template(const GgufFile& file, std::string& why_not);
+
+// The special tokens apply_chat_template passes a template (bos_token,
+// eos_token), as this vocabulary spells them.
+void set_special_tokens(ChatTemplateInputs& inputs, const Tokenizer& tokenizer);
 
 }  // namespace servelab

@@ -138,6 +138,7 @@ GgufWriter build_tiny_model(const TinyModelOptions& o) {
     writer.add_uint32("tokenizer.ggml.bos_token_id", 1);
     writer.add_uint32("tokenizer.ggml.eos_token_id", 2);
     writer.add_bool("tokenizer.ggml.add_bos_token", false);
+    if (!o.chat_template.empty()) writer.add_string("tokenizer.chat_template", o.chat_template);
 
     // Weights ~ N(0, 1/in_features) keep activations O(1) through the layers;
     // norms near 1 so that they matter but do not dominate.

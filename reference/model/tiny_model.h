@@ -39,6 +39,8 @@ struct TinyModelOptions {
 
     // 0: the byte-level vocabulary alone; more pads it with unused tokens (benchmarks).
     int64_t vocab_size = 0;
+    // tokenizer.chat_template; empty writes none (chat then uses ChatML).
+    std::string chat_template;
 };
 
 // The GGUF image, ready for GgufFile::parse or to be written to disk.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -59,20 +60,62 @@ double Sampler::next_uniform() {
     return double(rng_() >> 11) * 0x1.0p-53;
 }
 
-TokenId Sampler::sample(std::span<float> logits, std::span<const TokenId> history) {
+TokenId Sampler::sample(std::span<float> logits, std::span<const TokenId> history,
+                        SampledLogprobs* logprobs) {
     adjust_logits(logits, history);
-    if (params_.temperature == 0.0f) return argmax(logits);
-    keep_candidates(logits);
+    TokenId chosen = 0;
+    if (params_.temperature == 0.0f) {
+        chosen = argmax(logits);
+    } else {
+        keep_candidates(logits);
+        double remaining = 0.0;
+        for (const Candidate& c : candidates_) remaining += c.score;
+        const double target = next_uniform() * remaining;
+        double cumulative = 0.0;
+        chosen = candidates_.back().id;  // if rounding leaves target at the very end
+        for (const Candidate& c : candidates_) {
+            cumulative += c.score;
+            if (target < cumulative) {
+                chosen = c.id;
+                break;
+            }
+        }
+    }
+    if (logprobs != nullptr) describe(logits, chosen, *logprobs);
+    return chosen;
+}
 
+SampledLogprobs Sampler::logprobs_of(std::span<float> logits, std::span<const TokenId> history,
+                                     TokenId chosen) {
+    adjust_logits(logits, history);
+    if (params_.temperature > 0.0f) keep_candidates(logits);
+    SampledLogprobs out;
+    describe(logits, chosen, out);
+    return out;
+}
+
+void Sampler::describe(std::span<const float> logits, TokenId chosen, SampledLogprobs& out) const {
+    const int32_t num_top = std::max(params_.logprobs, 0);
+    if (params_.temperature == 0.0f) {
+        out = logprobs_from_logits(logits, chosen, num_top);
+        return;
+    }
+    // candidates_ are the kept tokens, most likely first, with probabilities
+    // that top-p and min-p left unnormalized: divide by what is left.
     double remaining = 0.0;
     for (const Candidate& c : candidates_) remaining += c.score;
-    const double target = next_uniform() * remaining;
-    double cumulative = 0.0;
+    const auto logprob = [&](float probability) {
+        return probability > 0.0f ? float(std::log(double(probability) / remaining))
+                                  : -std::numeric_limits<float>::infinity();
+    };
+    out.chosen = {chosen, -std::numeric_limits<float>::infinity()};
     for (const Candidate& c : candidates_) {
-        cumulative += c.score;
-        if (target < cumulative) return c.id;
+        if (c.id == chosen) out.chosen.logprob = logprob(c.score);
     }
-    return candidates_.back().id;  // rounding left target at the very end
+    out.top.clear();
+    for (size_t i = 0; i < candidates_.size() && i < size_t(num_top); ++i) {
+        out.top.push_back({candidates_[i].id, logprob(candidates_[i].score)});
+    }
 }
 
 void Sampler::distribution(std::span<float> logits, std::span<const TokenId> history,

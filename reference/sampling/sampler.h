@@ -18,6 +18,7 @@
 
 #include "reference/sampling/sampling_filters.h"
 #include "reference/sampling/sampling_params.h"
+#include "reference/sampling/token_logprobs.h"
 
 namespace servelab {
 
@@ -27,7 +28,16 @@ class Sampler {
 
     // `logits` (vocab) is modified in place (penalty, temperature).
     // `history` is the sequence so far (prompt + generated), for the penalty.
-    TokenId sample(std::span<float> logits, std::span<const TokenId> history);
+    // With `logprobs`, also says how likely the token was and names the
+    // params().logprobs most likely tokens (token_logprobs.h).
+    TokenId sample(std::span<float> logits, std::span<const TokenId> history,
+                   SampledLogprobs* logprobs = nullptr);
+
+    // The same numbers for a token drawn elsewhere (the GPU draws on the
+    // device): `chosen` under the distribution sample() would draw from.
+    // Draws nothing from the random stream; `logits` is modified as by sample().
+    SampledLogprobs logprobs_of(std::span<float> logits, std::span<const TokenId> history,
+                                TokenId chosen);
 
     // The distribution sample() draws from, over the whole vocabulary:
     // `probs[t]` is token t's probability after every filter, renormalized
@@ -53,6 +63,10 @@ class Sampler {
     // tokens kept, most likely first, with their probabilities (not yet
     // renormalized after top-p / min-p).
     void keep_candidates(std::span<const float> logits);
+
+    // Fills `out` for `chosen` right after adjust_logits (and, when not
+    // greedy, keep_candidates) ran on `logits`.
+    void describe(std::span<const float> logits, TokenId chosen, SampledLogprobs& out) const;
 
     SamplingParams params_;
     std::optional<size_t> prompt_length_;  // set by the first call

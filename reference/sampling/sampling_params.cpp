@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "reference/common/error.h"
+#include "reference/sampling/token_logprobs.h"
 
 namespace servelab {
 
@@ -47,6 +48,13 @@ void SamplingParams::validate() const {
     if (num_speculative_tokens < 0 || num_speculative_tokens > kMaxSpeculativeTokens) {
         throw Error(fmt::format("num_speculative_tokens must be in [0, {}] (got {})",
                                 kMaxSpeculativeTokens, num_speculative_tokens));
+    }
+    if (logprobs < -1 || logprobs > kMaxTopLogprobs) {
+        throw Error(fmt::format("logprobs must be -1 (off) or in [0, {}] (got {})", kMaxTopLogprobs,
+                                logprobs));
+    }
+    if (logprobs >= 0 && num_speculative_tokens > 0) {
+        throw Error("logprobs and speculative decoding cannot be combined in one request");
     }
     for (const std::string& stop : stop_strings) {
         if (stop.empty()) throw Error("stop strings must not be empty");

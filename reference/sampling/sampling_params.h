@@ -48,6 +48,12 @@ struct SamplingParams {
     // never changes what is sampled, only how many forward passes it takes.
     int32_t num_speculative_tokens = 0;
     std::string drafter;
+    // Log-probabilities of the sampled tokens (token_logprobs.h): -1 = off;
+    // k >= 0 = each token's own, plus the k most likely tokens at its
+    // position (at most kMaxTopLogprobs). A request asking for them decodes
+    // without speculation (the verifier reports accept/reject verdicts, not
+    // distributions).
+    int32_t logprobs = -1;
 
     // Throws servelab::Error naming the first out-of-range field.
     void validate() const;

@@ -97,22 +97,12 @@ EngineLoopStats EngineLoop::stats() const {
     return stats;
 }
 
-// On the engine thread. The on_token callback runs inside Engine::step(),
-// also on this thread, and only pushes to the request's own stream.
+// On the engine thread.
 void EngineLoop::admit(Submission& submission) {
     const int64_t n = int64_t(submission.streams.size());
-    std::vector<TokenCallback> on_tokens;
-    for (const std::shared_ptr<RequestStream>& stream : submission.streams) {
-        on_tokens.push_back([stream](TokenId token, const std::string& text) {
-            StreamEvent event;
-            event.token = token;
-            event.text = text;
-            stream->push(std::move(event));
-        });
-    }
     try {
         const std::vector<int64_t> ids = engine_.add_parallel_request(
-            std::move(submission.prompt), submission.params, int(n), std::move(on_tokens));
+            std::move(submission.prompt), submission.params, int(n), TokenCallback{});
         for (size_t i = 0; i < ids.size(); ++i) {
             submission.streams[i]->request_id_ = ids[i];
             live_[ids[i]] = submission.streams[i];
@@ -168,6 +158,15 @@ void EngineLoop::run() {
 }
 
 void EngineLoop::record_step(StepOutput& out) {
+    for (TokenEvent& token : out.tokens) {
+        auto it = live_.find(token.request_id);
+        if (it == live_.end()) continue;
+        StreamEvent event;
+        event.token = token.token;
+        event.text = std::move(token.text);
+        event.logprobs = std::move(token.logprobs);
+        it->second->push(std::move(event));
+    }
     int64_t finished = 0;
     int64_t cancelled = 0;
     for (FinishedRequest& done : out.finished) {

@@ -8,7 +8,7 @@
 //
 //   handler ── submit_group(prompt, params, n) ──▶ queue ──▶ engine thread:
 //                                                        add_parallel_request
-//   handler ◀── stream.next() ◀── tokens pushed by the on_token callback, in step()
+//   handler ◀── stream.next() ◀── each step's tokens, pushed after step()
 //   handler ── stream.cancel() (client gone) ──▶ engine thread: Engine::cancel
 //
 // The waiting queue is bounded: submit() refuses (QueueFull) when it holds
@@ -56,10 +56,11 @@ class QueueFull : public Error {
 struct StreamEvent {
     enum class Kind { kText, kEnd };
     Kind kind = Kind::kText;
-    std::string text;                        // kText: the new text
-    TokenId token = 0;                       // kText: the token that produced it
-    std::optional<GenerationResult> result;  // kEnd: the whole result
-    std::string error;                       // kEnd: set when the request failed
+    std::string text;                         // kText: the new text
+    TokenId token = 0;                        // kText: the token that produced it
+    std::optional<SampledLogprobs> logprobs;  // kText: when the request asked for them
+    std::optional<GenerationResult> result;   // kEnd: the whole result
+    std::string error;                        // kEnd: set when the request failed
 };
 
 class RequestStream {
@@ -150,7 +151,8 @@ class EngineLoop {
     // Cancels the requests whose clients left (all of them once the drain
     // deadline has passed); true if there were any.
     bool cancel_abandoned();
-    void record_step(StepOutput& out);  // hands each finished result to its stream
+    // Hands each token, then each finished result, to its stream.
+    void record_step(StepOutput& out);
 
     Engine& engine_;
     EngineLoopConfig config_;

@@ -76,7 +76,10 @@ RequestSpec spec_of(const ApiRequest& request) {
 }  // namespace
 
 OpenAiServer::OpenAiServer(const Model& model, EngineLoop& loop, ServerOptions options)
-    : loop_(loop), options_(std::move(options)), builder_(model, options_.requests) {
+    : loop_(loop),
+      options_(std::move(options)),
+      tokenizer_(model.tokenizer),
+      builder_(model, options_.requests) {
     limits_.model_name = options_.model_name;
     limits_.context_length = model.config.context_length;
     limits_.vocab_size = model.config.vocab_size;
@@ -366,9 +369,9 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
         } else {
             metrics_.record_request_success();
         }
-        response.set_content(
-            to_text(completion_response(header, results, prompt_tokens, request.return_token_ids)),
-            "application/json");
+        response.set_content(to_text(completion_response(header, results, prompt_tokens, tokenizer_,
+                                                         request.return_token_ids)),
+                             "application/json");
         return;
     }
 
@@ -388,6 +391,7 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
             std::vector<std::shared_ptr<RequestStream>>& streams = state->streams;
             std::vector<bool> first(streams.size(), true);
             std::vector<bool> ended(streams.size(), false);
+            std::vector<int64_t> text_bytes(streams.size(), 0);  // each choice's token bytes so far
             int64_t completion_tokens = 0;
             size_t num_ended = 0;
             bool cut_short = false;  // a choice ended "cancelled" (the drain timed out)
@@ -406,8 +410,14 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
                         continue;
                     }
                     if (event.kind == StreamEvent::Kind::kText) {
-                        if (!write(
-                                sse(stream_chunk(header, int(i), event.text, nullptr, first[i])))) {
+                        nlohmann::json logprobs = nullptr;
+                        if (event.logprobs) {
+                            logprobs = logprobs_json(header.chat, std::span(&*event.logprobs, 1),
+                                                     tokenizer_, text_bytes[i]);
+                        }
+                        text_bytes[i] += int64_t(tokenizer_.token_to_bytes(event.token).size());
+                        if (!write(sse(stream_chunk(header, int(i), event.text, nullptr, first[i],
+                                                    logprobs)))) {
                             return false;  // the client left: the releaser cancels
                         }
                         first[i] = false;

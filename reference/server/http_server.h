@@ -87,6 +87,7 @@ class OpenAiServer {
 
     EngineLoop& loop_;
     ServerOptions options_;
+    const Tokenizer& tokenizer_;  // the model's: token texts for logprobs
     RequestBuilder builder_;
     ProtocolLimits limits_;
     ServerMetrics metrics_;

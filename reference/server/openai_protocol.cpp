@@ -139,12 +139,25 @@ void refuse_unsupported(const nlohmann::json& body) {
             refuse(name, fmt::format("'{}' is not supported by this server", name));
         }
     }
-    for (const char* name : {"logprobs", "top_logprobs"}) {
-        const nlohmann::json* value = field(body, name);
-        if (value != nullptr && !(value->is_boolean() && !value->get<bool>())) {
-            refuse(name, fmt::format("'{}' is not supported by this server", name));
+}
+
+// SamplingParams::logprobs from the two APIs' spellings. Chat: "logprobs":
+// true, and "top_logprobs": k alternatives (only with it). Completions (the
+// legacy API): "logprobs": k, the chosen token's plus k alternatives.
+int32_t requested_logprobs(const nlohmann::json& body, bool chat) {
+    if (!chat) {
+        if (field(body, "top_logprobs") != nullptr) {
+            refuse("top_logprobs",
+                   "'top_logprobs' is a chat field; completions take 'logprobs': k");
         }
+        return int32_t(integer(body, "logprobs", -1, 0, kMaxTopLogprobs));
     }
+    const bool wanted = boolean(body, "logprobs");
+    if (field(body, "top_logprobs") != nullptr && !wanted) {
+        refuse("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    }
+    if (!wanted) return -1;
+    return int32_t(integer(body, "top_logprobs", 0, 0, kMaxTopLogprobs));
 }
 
 // {"token id": bias, ...}: keys are token ids as strings (JSON keys are
@@ -217,6 +230,7 @@ ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const Protoc
     p.presence_penalty = float(number(body, "presence_penalty", 0.0, -2.0, 2.0));
     p.frequency_penalty = float(number(body, "frequency_penalty", 0.0, -2.0, 2.0));
     p.logit_bias = logit_bias(body, limits);
+    p.logprobs = requested_logprobs(body, chat);
     p.seed = uint64_t(integer(body, "seed", 0, INT64_MIN, INT64_MAX));
     const int64_t default_max = chat ? limits.context_length : limits.default_max_tokens;
     int64_t max_tokens = integer(body, "max_tokens", default_max, 1, limits.context_length);

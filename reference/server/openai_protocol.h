@@ -9,11 +9,12 @@
 // engine. Supported: /v1/completions (prompt: a string or a list of token
 // ids) and /v1/chat/completions (messages with string or text-part
 // content); temperature, top_p, top_k, min_p, presence_penalty,
-// frequency_penalty, logit_bias, max_tokens (or max_completion_tokens),
-// stop, seed, n, stream, stream_options.include_usage, and the extensions
-// vLLM also accepts: repetition_penalty, ignore_eos, min_tokens and
-// return_token_ids. Fields that would change the output in ways the engine
-// cannot honour (logprobs, tools) are refused, never silently ignored.
+// frequency_penalty, logit_bias, logprobs (and chat's top_logprobs),
+// max_tokens (or max_completion_tokens), stop, seed, n, stream,
+// stream_options.include_usage, and the extensions vLLM also accepts:
+// repetition_penalty, ignore_eos, min_tokens and return_token_ids. Fields
+// that would change the output in ways the engine cannot honour (tools,
+// echo, suffix, best_of) are refused, never silently ignored.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -25,6 +26,7 @@
 #include "reference/common/error.h"
 #include "reference/model/chat_format.h"
 #include "reference/sampling/sampling_params.h"
+#include "reference/sampling/token_logprobs.h"
 
 namespace servelab {
 

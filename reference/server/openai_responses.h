@@ -9,10 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "reference/engine/generator.h"
+#include "reference/model/tokenizer.h"
+#include "reference/sampling/token_logprobs.h"
 
 namespace servelab {
 
@@ -25,18 +28,33 @@ struct ResponseHeader {
 
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 
-// The whole response: one choice per result, in order. With
-// `with_token_ids`, the prompt's ids ("prompt_token_ids") and each choice's
-// ("token_ids") too.
+// A choice's "logprobs" for `logprobs` (its tokens in order), in the
+// header's API shape. Chat: {"content": [{"token", "logprob", "bytes",
+// "top_logprobs": [{"token", "logprob", "bytes"}]}]}. Completions (legacy):
+// {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}],
+// "text_offset"}, offsets counted in bytes from `text_offset` (where the
+// first token's text begins in the choice's text). A token that is not
+// valid UTF-8 alone (part of a character) is written "bytes:\xNN..."; its
+// "bytes" are exact. A log-probability of -infinity (a token the filters
+// dropped) is written -9999.0, as vLLM does: JSON has no infinity.
+nlohmann::json logprobs_json(bool chat, std::span<const SampledLogprobs> logprobs,
+                             const Tokenizer& tokenizer, int64_t text_offset = 0);
+
+// The whole response: one choice per result, in order, with its logprobs
+// when it has them. With `with_token_ids`, the prompt's ids
+// ("prompt_token_ids") and each choice's ("token_ids") too.
 nlohmann::json completion_response(const ResponseHeader& header,
                                    const std::vector<GenerationResult>& results,
-                                   int64_t prompt_tokens, bool with_token_ids = false);
+                                   int64_t prompt_tokens, const Tokenizer& tokenizer,
+                                   bool with_token_ids = false);
 
 // One streamed chunk of choice `index`: new text (finish_reason null), or
 // the last chunk of that choice (text empty, its finish reason set). Chat's
-// first chunk of a choice also carries the assistant role.
+// first chunk of a choice also carries the assistant role. `logprobs` is
+// the chunk's logprobs_json (null: none).
 nlohmann::json stream_chunk(const ResponseHeader& header, int index, const std::string& text,
-                            const char* finish_reason, bool first);
+                            const char* finish_reason, bool first,
+                            const nlohmann::json& logprobs = nullptr);
 // The usage chunk (stream_options.include_usage): no choices, usage set.
 nlohmann::json usage_chunk(const ResponseHeader& header, int64_t prompt_tokens,
                            int64_t completion_tokens);

@@ -69,8 +69,31 @@ def test_tiny(servelab, workdir):
 
     code, out, err = run(servelab, "info", "-m", tiny)
     check("info", code == 0 and "KV cache:" in out and "blk.0.attn_q.weight" in out, err)
+    check("info: a model without a chat template falls back to ChatML",
+          "chat template: ChatML fallback: the model has no chat template" in out, out[-400:])
     code, out, err = run(servelab, "info", "-m", tiny, "--json")
     info = json.loads(out) if code == 0 else {}
+    check("info --json: the chat template's state",
+          info.get("chat_template", {}).get("renders") is False, out[-300:])
+    # A template inside the subset is shown and rendered; one outside it is
+    # shown with the reason chat falls back to ChatML.
+    for name, source, expect in (
+            ("supported", "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n"
+                          "{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}",
+             "[user] Hello!"),
+            ("unsupported", "{% macro turn(m) %}{{ m }}{% endmacro %}{{ turn(messages) }}",
+             "ChatML fallback: the model's chat template cannot be rendered")):
+        template_path = os.path.join(workdir, f"{name}.jinja")
+        with open(template_path, "w") as f:
+            f.write(source)
+        templated = os.path.join(workdir, f"tiny_{name}.gguf")
+        code, _, err = run(servelab, "-q", "make-tiny-model", "-o", templated, "--chat-template",
+                           template_path)
+        check(f"make-tiny-model --chat-template ({name})", code == 0, err)
+        code, out, err = run(servelab, "info", "-m", templated)
+        check(f"info shows a {name} chat template and its source",
+              code == 0 and expect in out and "template source:" in out
+              and source.split("%}")[0] in out, out[-600:])
     check("info --json", info.get("parameters", 0) > 0 and len(info.get("tensors", [])) == 20, out[:200])
 
     code, out, err = run(servelab, "chat", "-m", tiny, "--max-tokens", "4", stdin="hi\nhow are you\n")

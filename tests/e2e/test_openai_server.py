@@ -11,7 +11,8 @@ Starts the server on a free port with a generated tiny model and checks:
   * a client that disconnects mid-stream has its request cancelled;
   * a bounded fuzz run of malformed HTTP leaves the server alive;
   * SIGTERM drains and exits 0;
-  * --special-tokens-in-messages text keeps a message's "<|im_start|>" plain text.
+  * --special-tokens-in-messages text keeps a message's "<|im_start|>" plain text;
+  * logprobs / top_logprobs in both APIs' shapes, whole and streamed.
 The hostile-client cases are test_server_reliability.py's.
 Usage: test_openai_server.py --servelab build/release/servelab
 """
@@ -186,9 +187,16 @@ def check_speculative_serving(plain_server, servelab, model):
                                                        temperature=0, extra_body={"ignore_eos": True})
             texts.append(reply.choices[0].text)
         drafted = spec_server.metric("servelab_spec_decode_draft_tokens_total")
+        # A request asking for logprobs decodes without speculation, the same numbers.
+        asked = [server.client().completions.create(model="tiny", prompt=prompt, max_tokens=8,
+                                                    temperature=0, logprobs=1,
+                                                    extra_body={"ignore_eos": True})
+                 for server in (plain_server, spec_server)]
     finally:
         spec_server.stop()
     assert texts[0] == texts[1], ("--speculate changed greedy output", texts)
+    assert asked[0].choices[0].logprobs.tokens == asked[1].choices[0].logprobs.tokens, asked
+    assert asked[0].choices[0].logprobs.token_logprobs == asked[1].choices[0].logprobs.token_logprobs
     if drafted <= 0:
         sys.exit("serve --speculate 4: /metrics counted no drafted tokens")
     print(f"  serve --speculate 4: greedy text identical, {drafted:.0f} drafts verified: ok")
@@ -220,6 +228,65 @@ def check_penalties_and_bias(server, servelab, model):
                                       offline_ids)
     assert penalized != plain, ("the penalties changed nothing", plain)
     print("  presence/frequency penalties and logit_bias: as the CLI computes them: ok")
+
+
+def check_logprobs(server):
+    """logprobs / top_logprobs through the official client: chat and completions, whole and
+    streamed, the chosen token's entry consistent with its text and its rivals."""
+    client = server.client()
+    messages = [{"role": "user", "content": "Name three colours."}]
+    fixed = {"ignore_eos": True}  # 8 tokens, none of them the end token
+
+    whole = client.chat.completions.create(model="tiny", messages=messages, max_tokens=8,
+                                           temperature=0, logprobs=True, top_logprobs=3,
+                                           extra_body=fixed)
+    content = whole.choices[0].logprobs.content
+    assert len(content) == whole.usage.completion_tokens == 8, (len(content), whole.usage)
+    text = b"".join(bytes(entry.bytes) for entry in content).decode("utf-8", "replace")
+    assert text == whole.choices[0].message.content, (text, whole.choices[0].message.content)
+    for entry in content:
+        assert entry.logprob <= 0.0 and len(entry.top_logprobs) == 3, entry
+        # Greedy: the chosen token is the most likely one.
+        assert entry.top_logprobs[0].token == entry.token, entry
+        assert abs(entry.top_logprobs[0].logprob - entry.logprob) < 1e-6, entry
+        assert entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob, entry
+
+    streamed = []
+    for chunk in client.chat.completions.create(model="tiny", messages=messages, max_tokens=8,
+                                                temperature=0, logprobs=True, top_logprobs=3,
+                                                extra_body=fixed, stream=True):
+        if chunk.choices and chunk.choices[0].logprobs:
+            streamed.extend(chunk.choices[0].logprobs.content)
+    assert [e.token for e in streamed] == [e.token for e in content], (streamed, content)
+    assert all(abs(a.logprob - b.logprob) < 1e-5 for a, b in zip(streamed, content))
+
+    own_only = client.chat.completions.create(model="tiny", messages=messages, max_tokens=4,
+                                              temperature=0, logprobs=True, extra_body=fixed)
+    assert all(e.top_logprobs == [] for e in own_only.choices[0].logprobs.content), own_only
+    plain = client.chat.completions.create(model="tiny", messages=messages, max_tokens=4)
+    assert plain.choices[0].logprobs is None, plain
+
+    # The legacy completions shape, sampled, two choices.
+    reply = client.completions.create(model="tiny", prompt="abc", max_tokens=6, temperature=0.8,
+                                      seed=3, n=2, logprobs=2, extra_body=fixed)
+    for choice in reply.choices:
+        lp = choice.logprobs
+        assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 6, lp
+        assert all(x <= 0.0 for x in lp.token_logprobs), lp
+        assert all(1 <= len(top) <= 2 for top in lp.top_logprobs), lp
+        assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0, lp
+    chunks = [c for c in client.completions.create(model="tiny", prompt="abc", max_tokens=6,
+                                                    temperature=0.8, seed=3, logprobs=2,
+                                                    extra_body=fixed, stream=True)
+              if c.choices and c.choices[0].logprobs]
+    assert [c.choices[0].logprobs.tokens[0] for c in chunks] == reply.choices[0].logprobs.tokens
+    try:
+        client.chat.completions.create(model="tiny", messages=messages, max_tokens=2,
+                                       top_logprobs=2)
+        sys.exit("top_logprobs without logprobs was accepted")
+    except openai.BadRequestError as error:
+        assert "logprobs" in str(error), error
+    print("  logprobs / top_logprobs: chat and completions, whole and streamed: ok")
 
 
 def check_parallel_prompt_once(server):
@@ -330,6 +397,7 @@ def main():
             check_front_door(server, args.servelab, model)
             check_speculative_serving(server, args.servelab, model)
             check_penalties_and_bias(server, args.servelab, model)
+            check_logprobs(server)
             check_fuzz(server)
         finally:
             server.stop()

@@ -12,6 +12,10 @@
 //   the gauges say what runs while a step is still computing.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include <cmath>
+
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -283,6 +287,79 @@ TEST_F(EngineLoopTest, BadParametersEndTheStreamWithTheEnginesError) {
     StreamEvent end = read_to_end(*stream, text);
     EXPECT_FALSE(end.result.has_value());
     EXPECT_FALSE(end.error.empty());
+}
+
+// log softmax(logits / T)[token] for the model's logits after `context`,
+// from a forward pass without any cache: independent of the engine's
+// paged, batched path.
+double model_logprob(ModelRunner& runner, std::span<const TokenId> context, TokenId token,
+                     float temperature) {
+    const std::vector<float> logits = runner.forward(StepInput{context, 0});
+    const double scale = temperature > 0.0f ? double(temperature) : 1.0;
+    double max_logit = -INFINITY;
+    for (const float l : logits) max_logit = std::max(max_logit, double(l) / scale);
+    double sum = 0.0;
+    for (const float l : logits) sum += std::exp(double(l) / scale - max_logit);
+    return double(logits[size_t(token)]) / scale - max_logit - std::log(sum);
+}
+
+TEST_F(EngineLoopTest, LogprobsStreamWithTheirTokensAndMatchTheModelsDistribution) {
+    EngineConfig config;
+    config.scheduler.max_num_batched_tokens = 16;  // the prompts are chunked
+    Engine engine(*model_, *runner_, config);
+    EngineLoop loop(engine, {});
+    LoopThread engine_thread(loop);
+    // Its own runner (buffers), as the engine thread uses runner_ meanwhile.
+    ModelRunner checker(model_->config, model_->weights);
+    const std::vector<TokenId> prompt = random_prompt(random_.integer(3, 40));
+    for (const float temperature : {0.0f, 0.7f}) {
+        SamplingParams params;
+        params.max_tokens = 5;
+        params.temperature = temperature;
+        params.seed = uint64_t(random_.integer(0, 1000));
+        params.logprobs = 3;
+        // Two choices: the second forks the first's prompt and samples its
+        // first token from the same logits.
+        const auto streams = loop.submit_group(prompt, params, 2);
+        // A request without logprobs in the same steps gets none.
+        SamplingParams plain = params;
+        plain.logprobs = -1;
+        const auto other = loop.submit(random_prompt(7), plain);
+        for (size_t choice = 0; choice < streams.size(); ++choice) {
+            std::vector<StreamEvent> events;
+            StreamEvent event;
+            while (streams[choice]->next(event, std::chrono::milliseconds(30000)) &&
+                   event.kind == StreamEvent::Kind::kText) {
+                events.push_back(event);
+            }
+            ASSERT_TRUE(event.result.has_value()) << event.error;
+            const GenerationResult& result = *event.result;
+            ASSERT_EQ(result.logprobs.size(), result.tokens.size());
+            ASSERT_EQ(events.size(), result.tokens.size());
+            std::vector<TokenId> context = prompt;
+            for (size_t i = 0; i < result.tokens.size(); ++i) {
+                const std::string where = fmt::format("temperature {}, choice {}, token {}; {}",
+                                                      temperature, choice, i, random_.trace());
+                ASSERT_TRUE(events[i].logprobs.has_value()) << "each streamed token carries its "
+                                                               "logprobs; "
+                                                            << where;
+                const SampledLogprobs& lp = result.logprobs[i];
+                EXPECT_EQ(lp.chosen.token, result.tokens[i]) << where;
+                EXPECT_EQ(events[i].logprobs->chosen.token, result.tokens[i]) << where;
+                EXPECT_NEAR(lp.chosen.logprob,
+                            model_logprob(checker, context, result.tokens[i], temperature), 1e-3)
+                    << where;
+                ASSERT_EQ(lp.top.size(), 3u) << where;
+                EXPECT_GE(lp.top[0].logprob, lp.chosen.logprob) << where;
+                if (temperature == 0.0f) EXPECT_EQ(lp.top[0].token, lp.chosen.token) << where;
+                context.push_back(result.tokens[i]);
+            }
+        }
+        std::string text;
+        const StreamEvent end = read_to_end(*other, text);
+        ASSERT_TRUE(end.result.has_value());
+        EXPECT_TRUE(end.result->logprobs.empty());
+    }
 }
 
 }  // namespace

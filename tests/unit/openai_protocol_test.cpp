@@ -96,7 +96,18 @@ TEST(OpenAiProtocol, BadFieldsGetA4xxNamingTheField) {
         {R"({"model": "smollm2", "prompt": "x", "stop": ["a","b","c","d","e"]})", false, 400,
          "stop"},
         {R"({"model": "smollm2", "prompt": "x", "stream": "yes"})", false, 400, "stream"},
-        {R"({"model": "smollm2", "prompt": "x", "logprobs": 2})", false, 400, "logprobs"},
+        {R"({"model": "smollm2", "prompt": "x", "logprobs": 21})", false, 400, "logprobs"},
+        {R"({"model": "smollm2", "prompt": "x", "logprobs": true})", false, 400, "logprobs"},
+        {R"({"model": "smollm2", "prompt": "x", "top_logprobs": 2})", false, 400, "top_logprobs"},
+        {R"({"model": "smollm2", "messages": [{"role": "user", "content": "x"}],
+            "top_logprobs": 2})",
+         true, 400, "top_logprobs"},
+        {R"({"model": "smollm2", "messages": [{"role": "user", "content": "x"}],
+            "logprobs": true, "top_logprobs": 21})",
+         true, 400, "top_logprobs"},
+        {R"({"model": "smollm2", "messages": [{"role": "user", "content": "x"}],
+            "logprobs": 3})",
+         true, 400, "logprobs"},
         {R"({"model": "smollm2", "prompt": "x", "presence_penalty": 3})", false, 400,
          "presence_penalty"},
         {R"({"model": "smollm2", "prompt": "x", "logit_bias": {"1": 500}})", false, 400,
@@ -118,6 +129,26 @@ TEST(OpenAiProtocol, BadFieldsGetA4xxNamingTheField) {
         EXPECT_TRUE(body["error"]["message"].is_string()) << c.body;
         EXPECT_EQ(body["error"]["type"], "invalid_request_error") << c.body;
     }
+}
+
+TEST(OpenAiProtocol, LogprobsInBothAPIsSpellings) {
+    const auto params_of = [](const char* body, bool chat) {
+        return parse_api_request(nlohmann::json::parse(body), chat, kLimits).params;
+    };
+    EXPECT_EQ(params_of(R"({"model": "smollm2", "prompt": "x"})", false).logprobs, -1);
+    EXPECT_EQ(params_of(R"({"model": "smollm2", "prompt": "x", "logprobs": 0})", false).logprobs,
+              0);
+    EXPECT_EQ(params_of(R"({"model": "smollm2", "prompt": "x", "logprobs": 5})", false).logprobs,
+              5);
+    const char* chat_off = R"({"model": "smollm2", "messages": [{"role": "user", "content": "x"}],
+        "logprobs": false})";
+    EXPECT_EQ(params_of(chat_off, true).logprobs, -1);
+    const char* chat_own = R"({"model": "smollm2", "messages": [{"role": "user", "content": "x"}],
+        "logprobs": true})";
+    EXPECT_EQ(params_of(chat_own, true).logprobs, 0) << "logprobs: true alone = the token's own";
+    const char* chat_top = R"({"model": "smollm2", "messages": [{"role": "user", "content": "x"}],
+        "logprobs": true, "top_logprobs": 20})";
+    EXPECT_EQ(params_of(chat_top, true).logprobs, 20);
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -333,6 +335,128 @@ TEST(Sampler, ALogitBiasOfMinus100BansTheGreedyChoice) {
     params.logit_bias = {{1, -100.0f}};
     copy = logits;
     EXPECT_EQ(Sampler(params).sample(copy, {}), 2) << "logit_bias -100 must remove token 1";
+}
+
+// The log-probabilities the sampler should report, computed directly in
+// double: log-softmax of (logits - presence/frequency penalties) / T over
+// the tokens top-k keeps (all of them when greedy: T = 1, no filter).
+std::vector<double> expected_logprobs(const std::vector<float>& logits, float temperature,
+                                      int32_t top_k) {
+    const double scale = temperature > 0.0f ? double(temperature) : 1.0;
+    std::vector<double> scaled;
+    for (const float l : logits) scaled.push_back(double(l) / scale);
+    std::vector<double> sorted = scaled;
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    const bool filtered = temperature > 0.0f && top_k > 0 && size_t(top_k) < logits.size();
+    const double threshold = filtered ? sorted[size_t(top_k) - 1] : -INFINITY;
+    double total = 0.0;
+    for (const double x : scaled) total += x >= threshold ? std::exp(x - sorted[0]) : 0.0;
+    std::vector<double> out;
+    for (const double x : scaled) {
+        out.push_back(x >= threshold ? x - sorted[0] - std::log(total) : -INFINITY);
+    }
+    return out;
+}
+
+TEST(SamplerLogprobs, MatchADirectLogSoftmaxGreedyAndSampled) {
+    RandomSource rng;
+    for (int trial = 0; trial < 40; ++trial) {
+        const size_t vocab = size_t(rng.integer(5, 300));
+        SamplingParams params;
+        const bool greedy = trial % 2 == 0;
+        params.temperature = greedy ? 0.0f : rng.uniform(1, 0.3f, 1.7f)[0];
+        params.top_k = greedy ? 0 : int32_t(rng.integer(0, int64_t(vocab)));
+        params.logprobs = int32_t(rng.integer(0, kMaxTopLogprobs));
+        params.seed = uint64_t(rng.integer(0, 1000000));
+        const std::vector<float> logits = rng.normal(vocab, 3.0f);
+        std::vector<float> scratch = logits;
+        SampledLogprobs got;
+        const TokenId chosen = Sampler(params).sample(scratch, {}, &got);
+        const std::vector<double> want =
+            expected_logprobs(logits, params.temperature, params.top_k);
+        const std::string where = fmt::format("vocab {}, temperature {}, top_k {}; {}", vocab,
+                                              params.temperature, params.top_k, rng.trace());
+        ASSERT_EQ(got.chosen.token, chosen) << where;
+        ASSERT_NEAR(got.chosen.logprob, want[size_t(chosen)], 1e-4)
+            << "the chosen token's logprob must be log p under the distribution it was drawn "
+               "from; "
+            << where;
+        std::vector<size_t> order(vocab);
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(),
+                         [&](size_t a, size_t b) { return logits[a] > logits[b]; });
+        size_t expected_top = std::min(size_t(params.logprobs), vocab);
+        if (!greedy && params.top_k > 0)
+            expected_top = std::min(expected_top, size_t(params.top_k));
+        ASSERT_EQ(got.top.size(), expected_top) << where;
+        for (size_t i = 0; i < got.top.size(); ++i) {
+            ASSERT_EQ(got.top[i].token, TokenId(order[i]))
+                << "top_logprobs must list the most likely tokens first; " << where;
+            ASSERT_NEAR(got.top[i].logprob, want[order[i]], 1e-4) << where;
+        }
+        if (greedy) ASSERT_EQ(chosen, TokenId(order[0])) << where;
+    }
+}
+
+TEST(SamplerLogprobs, FilteredTokensHaveMinusInfinityAndPenaltiesCount) {
+    SamplingParams params;
+    params.temperature = 1.0f;
+    params.top_k = 2;
+    params.logprobs = 3;
+    Sampler sampler(params);
+    // A token the filter dropped: -inf (and top_logprobs stops at the kept set).
+    std::vector<float> logits = {2.0f, 1.0f, 0.0f, -1.0f};
+    const SampledLogprobs dropped = sampler.logprobs_of(logits, {}, 3);
+    EXPECT_EQ(dropped.chosen.logprob, -INFINITY);
+    ASSERT_EQ(dropped.top.size(), 2u);
+    EXPECT_NEAR(dropped.top[0].logprob, 2.0 - std::log(std::exp(2.0) + std::exp(1.0)), 1e-5);
+
+    // A greedy request's logprobs come after the presence penalty: the
+    // generated token 0 loses 1.5, so token 1 is chosen and reported.
+    SamplingParams greedy;
+    greedy.presence_penalty = 1.5f;
+    greedy.logprobs = 1;
+    Sampler penalized(greedy);
+    std::vector<float> first = {0.0f, 0.0f};
+    penalized.sample(first, std::vector<TokenId>{7});  // the prompt: nothing penalized
+    std::vector<float> row = {1.0f, 0.5f};
+    SampledLogprobs got;
+    EXPECT_EQ(penalized.sample(row, std::vector<TokenId>{7, 0}, &got), 1);
+    const double z = std::log(std::exp(-0.5) + std::exp(0.5));
+    EXPECT_NEAR(got.chosen.logprob, 0.5 - z, 1e-5)
+        << "logprobs must be computed after the penalties (processed logprobs)";
+}
+
+TEST(SamplerLogprobs, LogprobsOfDrawsNothingFromTheRandomStream) {
+    RandomSource rng;
+    SamplingParams params;
+    params.temperature = 0.8f;
+    params.logprobs = 2;
+    params.seed = uint64_t(rng.integer(0, 1000000));
+    const std::vector<float> logits = rng.normal(50, 2.0f);
+    Sampler a(params);
+    Sampler b(params);
+    std::vector<float> copy = logits;
+    SampledLogprobs from_sample;
+    const TokenId token = a.sample(copy, {}, &from_sample);
+    copy = logits;
+    const SampledLogprobs described = b.logprobs_of(copy, {}, token);
+    EXPECT_EQ(described.chosen.logprob, from_sample.chosen.logprob);
+    // b drew nothing, so its next draw is a's first.
+    copy = logits;
+    EXPECT_EQ(b.sample(copy, {}), token) << rng.trace();
+}
+
+TEST(SamplingParams, LogprobsRangeAndNoSpeculation) {
+    SamplingParams params;
+    params.logprobs = kMaxTopLogprobs + 1;
+    EXPECT_THROW(params.validate(), Error);
+    params.logprobs = -2;
+    EXPECT_THROW(params.validate(), Error);
+    params.logprobs = 0;
+    EXPECT_NO_THROW(params.validate());
+    params.num_speculative_tokens = 2;
+    EXPECT_THROW(params.validate(), Error);
 }
 
 }  // namespace

@@ -79,7 +79,8 @@ TEST(RingAllReduce, EveryRankEndsWithTheSumForAnyRankCountAndLength) {
             });
             for (int r = 0; r < num_ranks; ++r) {
                 for (int64_t i = 0; i < length; ++i) {
-                    const bool unsummed = buffers[size_t(r)][size_t(i)] == inputs[size_t(r)][size_t(i)];
+                    const bool unsummed =
+                        buffers[size_t(r)][size_t(i)] == inputs[size_t(r)][size_t(i)];
                     const bool in_remainder = i >= length / num_ranks * num_ranks;
                     ASSERT_NEAR(buffers[size_t(r)][size_t(i)], expected[size_t(i)],
                                 1e-6 * magnitude[size_t(i)] + 1e-7)
@@ -427,7 +428,8 @@ TEST(TensorParallelModel, LogitsEqualTheWholeModelsForEverySplit) {
             const int64_t needed = int64_t(1 + next.size()) * (2 * whole.config.num_layers + 1);
             for (int r = 0; r < num_ranks; ++r) {
                 for (size_t step = 0; step < expected.size(); ++step) {
-                    const double error = test::max_relative_error(got[size_t(r)][step], expected[step]);
+                    const double error =
+                        test::max_relative_error(got[size_t(r)][step], expected[step]);
                     EXPECT_LT(error, 1e-4)
                         << split.what << ", N = " << num_ranks << ", rank " << r << ", step "
                         << step << "; " << random.trace()
@@ -450,6 +452,7 @@ TEST(TensorParallelModel, LogitsEqualTheWholeModelsForEverySplit) {
 // budget (prompts are chunked) and few blocks (requests wait for memory).
 struct EngineRun {
     std::vector<std::vector<TokenId>> tokens;
+    std::vector<std::vector<SampledLogprobs>> logprobs;  // 2 rivals per token
     int64_t kv_block_bytes = 0;
     int64_t blocks_in_use_after = -1;
 };
@@ -465,9 +468,11 @@ EngineRun run_engine(const Model& model, ModelRunner& runner,
     SamplingParams params;
     params.max_tokens = 10;
     params.temperature = 0.0f;
+    params.logprobs = 2;
     EngineRun run;
     for (const GenerationResult& result : engine.generate(prompts, params)) {
         run.tokens.push_back(result.tokens);
+        run.logprobs.push_back(result.logprobs);
     }
     run.kv_block_bytes = PagedKvCache::block_bytes(model.config, config.block_size);
     run.blocks_in_use_after = engine.kv().cache().allocator().num_used();
@@ -502,6 +507,20 @@ TEST(TensorParallelModel, GreedyTokensUnderContinuousBatchingEqualTheWholeModels
         for (int r = 0; r < num_ranks; ++r) {
             EXPECT_EQ(runs[size_t(r)].tokens, expected.tokens)
                 << "N = " << num_ranks << ", rank " << r << "; " << random.trace();
+            // Logprobs: rank 0's on every rank (broadcast with the tokens),
+            // the whole model's within rounding.
+            for (size_t p = 0; p < prompts.size(); ++p) {
+                const auto& mine = runs[size_t(r)].logprobs[p];
+                const auto& whole_lp = expected.logprobs[p];
+                ASSERT_EQ(mine.size(), whole_lp.size()) << "rank " << r;
+                for (size_t t = 0; t < mine.size(); ++t) {
+                    EXPECT_EQ(mine[t].chosen.logprob, runs[0].logprobs[p][t].chosen.logprob)
+                        << "every rank must report rank 0's logprobs; rank " << r;
+                    EXPECT_NEAR(mine[t].chosen.logprob, whole_lp[t].chosen.logprob, 1e-4);
+                    ASSERT_EQ(mine[t].top.size(), 2u);
+                    EXPECT_EQ(mine[t].top[1].token, runs[0].logprobs[p][t].top[1].token);
+                }
+            }
             // Each rank pages only its own KV heads: 1/N of a block's bytes.
             EXPECT_EQ(runs[size_t(r)].kv_block_bytes * num_ranks, expected.kv_block_bytes);
             EXPECT_EQ(runs[size_t(r)].blocks_in_use_after, 0) << "rank " << r;
