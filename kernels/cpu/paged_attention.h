@@ -10,10 +10,16 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cpu/attention.h"
 
 namespace servelab {
+
+// pool_row[j] = the pool row of token j, for j < num_keys: the gather through
+// the block table (paged_decode_attention.h uses it too).
+void map_pool_rows(const int32_t* block_table, int64_t block_size, int64_t num_keys,
+                   std::vector<int64_t>& pool_row);
 
 // q, out:           (num_queries, num_heads, head_dim)
 // key_pool, value_pool: (num_blocks · block_size, num_kv_heads, head_dim)

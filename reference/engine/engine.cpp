@@ -164,6 +164,9 @@ StepOutput Engine::step(const StepScheduledCallback& on_scheduled) {
     StepOutput out;
     out.finished = std::move(cancelled_);
     cancelled_.clear();
+    // Speculation (Lab 6) drafts first: how many drafts each request has
+    // decides how many slots the scheduler reserves for them.
+    std::map<int64_t, Draft> drafts_ready = propose_drafts(out);
     const SchedulerOutput scheduled = scheduler_.schedule();
     if (on_scheduled) {
         on_scheduled({scheduler_.num_running(), scheduler_.num_waiting(),
@@ -175,7 +178,7 @@ StepOutput Engine::step(const StepScheduledCallback& on_scheduled) {
         Live& live = *requests_.at(r->id);
         if (live.drafter != nullptr) live.drafter->release(r->id);  // recomputed later
     }
-    const std::vector<Draft> drafts = propose_drafts(scheduled, out);
+    const std::vector<Draft> drafts = drafts_for_chunks(scheduled, drafts_ready);
 
     const StepBatchPlan plan = build_batch(scheduled, drafts, out);
     const std::vector<BlockCopy> copies = kv_.take_block_copies();
@@ -201,13 +204,7 @@ Engine::StepBatchPlan Engine::build_batch(const SchedulerOutput& scheduled,
         const ScheduledChunk& c = scheduled.chunks[i];
         Request& r = *c.request;
         const int64_t row = int64_t(plan.chunks.size());
-        const Draft& draft = drafts[i];
-        if (c.num_draft_slots > 0) {
-            // Slots the drafter left empty go back before the pass.
-            const int64_t unused = c.num_draft_slots - int64_t(draft.tokens.size());
-            kv_.rollback(r.kv, r.kv.table.num_tokens() - unused);
-            out.num_batched_tokens -= unused;
-        }
+        const Draft& draft = drafts[i];  // exactly num_draft_slots tokens
         if (!draft.tokens.empty()) {
             add_verification(r, draft, row, plan.draft_chunks[i], plan, out);
             continue;
@@ -280,33 +277,86 @@ void Engine::apply_results(const SchedulerOutput& scheduled, std::span<const Dra
     }
 }
 
-std::vector<Draft> Engine::propose_drafts(const SchedulerOutput& scheduled, StepOutput& out) {
-    std::vector<Draft> drafts(scheduled.chunks.size());
+int64_t Engine::draft_room(const Live& live) const {
+    const Request& r = live.request;
+    if (live.drafter == nullptr || live.waiting_to_fork || r.padding ||
+        r.status != RequestStatus::kRunning || !r.is_decoding()) {
+        return 0;
+    }
+    // A pass emits the accepted drafts plus one token of the target's own:
+    // no draft is worth proposing past max_tokens or past the context.
+    const int64_t useful = int64_t(r.params.max_tokens) - r.num_generated() - 1;
+    const int64_t room = model_.config.context_length - int64_t(r.tokens.size());
+    return std::min({int64_t(r.params.num_speculative_tokens), useful, room});
+}
+
+std::map<int64_t, Draft> Engine::propose_drafts(StepOutput& out) {
+    std::map<int64_t, Draft> ready;
     const auto start = Clock::now();
+    const size_t vocab = size_t(model_.config.vocab_size);
     for (const auto& [name, drafter] : drafters_) {
         std::vector<DraftRequest> asks;
-        std::vector<size_t> chunk_of_ask;
-        for (size_t i = 0; i < scheduled.chunks.size(); ++i) {
-            const ScheduledChunk& c = scheduled.chunks[i];
-            if (c.num_draft_slots == 0) continue;
-            Live& live = *requests_.at(c.request->id);
-            if (live.drafter != drafter) continue;
-            asks.push_back({c.request->id, c.request->tokens, c.num_draft_slots, &live.sampler});
-            chunk_of_ask.push_back(i);
+        for (auto& [id, live] : requests_) {
+            const int64_t room = draft_room(*live);
+            if (live->drafter == drafter && room > 0) {
+                asks.push_back({id, live->request.tokens, room, &live->sampler});
+            }
         }
         if (asks.empty()) continue;
         std::vector<Draft> proposed = drafter->propose(asks);
+        if (proposed.size() != asks.size()) {
+            throw Error(fmt::format("drafter '{}' returned {} drafts for {} requests", name,
+                                    proposed.size(), asks.size()));
+        }
         for (size_t j = 0; j < asks.size(); ++j) {
-            Draft& draft = proposed.at(j);
-            const size_t vocab = size_t(model_.config.vocab_size);
+            Draft& draft = proposed[j];
             if (int64_t(draft.tokens.size()) > asks[j].max_drafts ||
                 (!draft.probs.empty() && draft.probs.size() != draft.tokens.size() * vocab)) {
                 throw Error(fmt::format("drafter '{}' returned a malformed draft", name));
             }
-            drafts[chunk_of_ask[j]] = std::move(draft);
+            if (draft.tokens.empty()) continue;
+            requests_.at(asks[j].request_id)->request.num_drafts_ready =
+                int64_t(draft.tokens.size());
+            ready[asks[j].request_id] = std::move(draft);
         }
     }
     out.draft_ms = ms_between(start, Clock::now());
+    return ready;
+}
+
+std::vector<Draft> Engine::drafts_for_chunks(const SchedulerOutput& scheduled,
+                                             std::map<int64_t, Draft>& drafts_ready) {
+    std::vector<Draft> drafts(scheduled.chunks.size());
+    const size_t vocab = size_t(model_.config.vocab_size);
+    for (size_t i = 0; i < scheduled.chunks.size(); ++i) {
+        const ScheduledChunk& c = scheduled.chunks[i];
+        if (c.num_draft_slots == 0) continue;
+        auto found = drafts_ready.find(c.request->id);
+        if (found == drafts_ready.end() ||
+            int64_t(found->second.tokens.size()) < c.num_draft_slots) {
+            throw Error(
+                fmt::format("the scheduler reserved {} draft slots for request {}, which "
+                            "has {} drafts (Request::num_drafts_ready)",
+                            c.num_draft_slots, c.request->id,
+                            found == drafts_ready.end() ? 0 : found->second.tokens.size()));
+        }
+        Draft& draft = found->second;
+        // The budget may have left fewer slots than drafts: verify the first ones.
+        draft.tokens.resize(size_t(c.num_draft_slots));
+        if (!draft.probs.empty()) draft.probs.resize(size_t(c.num_draft_slots) * vocab);
+        drafts[i] = std::move(draft);
+        drafts_ready.erase(found);
+    }
+    // Drafted, but given no slot this step (the budget or the pool ran out):
+    // the drafter forgets those drafts. (A preempted request's drafter state
+    // is already released.)
+    for (const auto& [id, unused] : drafts_ready) {
+        Live& live = *requests_.at(id);
+        if (live.request.status == RequestStatus::kRunning) {
+            live.drafter->rollback(id, int64_t(live.request.tokens.size()));
+        }
+    }
+    for (auto& [id, live] : requests_) live->request.num_drafts_ready = 0;
     return drafts;
 }
 

@@ -21,10 +21,11 @@
 // once. Completion i samples with seed + i. (The siblings join the running
 // set without admission, so they may take it past max_num_seqs by n - 1.)
 //
-// Speculative decoding (Lab 6): a request with num_speculative_tokens = K
-// gets up to K draft slots in a decode step (the scheduler's budget
-// permitting). Its drafter fills them (all of a drafter's requests in one
-// call), the target computes [last token, d_1..d_K] with logits at every
+// Speculative decoding (Lab 6): before each step is scheduled, every
+// decoding request with num_speculative_tokens = K asks its drafter for up
+// to K drafts (all of a drafter's requests in one call); the scheduler then
+// reserves a slot per draft, the budget permitting, so no slot waits for a
+// draft that never comes. The target computes [last token, d_1..d_K] with logits at every
 // position, and the runner verifies the drafts as the request's Sampler would
 // draw. The rejected drafts' slots are rolled back in the target's pool and
 // in the drafter's own cache; the kept drafts and the target's next token
@@ -175,9 +176,17 @@ class Engine {
     // when it finished (`live` may then be destroyed).
     bool accept_token(Live& live, TokenId token, const std::optional<SampledLogprobs>& logprobs,
                       Clock::time_point now, StepOutput& out);
-    // The drafts for every chunk with draft slots (others get none), one
-    // propose() call per drafter.
-    std::vector<Draft> propose_drafts(const SchedulerOutput& scheduled, StepOutput& out);
+    // Drafts a request could use this step: 0 unless it is running and
+    // decoding with a drafter; at most K, max_tokens and the context permitting.
+    int64_t draft_room(const Live& live) const;
+    // Before scheduling: the drafts of every request with draft room, one
+    // propose() call per drafter, by request id; each request's
+    // num_drafts_ready says how many it has.
+    std::map<int64_t, Draft> propose_drafts(StepOutput& out);
+    // After scheduling: each chunk's draft, cut to its draft slots (others
+    // get none); drafts left without a slot are rolled back in their drafter.
+    std::vector<Draft> drafts_for_chunks(const SchedulerOutput& scheduled,
+                                         std::map<int64_t, Draft>& drafts_ready);
 
     // One step's batch, as the runner takes it.
     struct StepBatchPlan {
@@ -192,8 +201,7 @@ class Engine {
         std::vector<std::vector<TokenId>> draft_chunks;
         std::vector<VerifyRequest> verifications;
     };
-    // Phase 1: the scheduler's chunks (and the drafts) become the batch;
-    // unused draft slots go back to the pool.
+    // Phase 1: the scheduler's chunks (and the drafts) become the batch.
     StepBatchPlan build_batch(const SchedulerOutput& scheduled, std::span<const Draft> drafts,
                               StepOutput& out);
     // A speculating chunk: [last token, drafts...] and its verification.

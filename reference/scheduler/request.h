@@ -39,6 +39,11 @@ struct Request {
     // Static batching only: the request has finished (its result is out) but
     // its row stays in the batch, computed and discarded, until the batch ends.
     bool padding = false;
+    // Speculative decoding (Lab 6): the drafted tokens the engine holds for
+    // this request's next decode step, proposed before the step is
+    // scheduled. The scheduler reserves at most this many draft slots, so
+    // no slot is reserved for a draft that does not exist.
+    int64_t num_drafts_ready = 0;
 
     int64_t num_generated() const { return int64_t(tokens.size()) - num_prompt_tokens; }
     // Tokens not computed yet: the rest of the prompt, or the newest token.

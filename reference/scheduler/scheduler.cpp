@@ -151,8 +151,8 @@ void Scheduler::add_draft_slots(ScheduledChunk& chunk, int64_t& budget) {
     // A pass emits the accepted drafts plus one token of the target's own:
     // no draft is worth a slot past max_tokens or past the context.
     const int64_t useful = int64_t(request.params.max_tokens) - request.num_generated() - 1;
-    const int64_t wanted = std::min(
-        {int64_t(request.params.num_speculative_tokens), useful, budget, context_length_ - length});
+    const int64_t wanted =
+        std::min({request.num_drafts_ready, useful, budget, context_length_ - length});
     if (wanted <= 0 || !kv_.reserve(chunk.request->kv, wanted)) return;
     chunk.num_tokens += wanted;
     chunk.num_draft_slots = wanted;

@@ -29,8 +29,9 @@
 // alone always fits.
 //
 // Speculative decoding (Lab 6): after every running request has its token,
-// a decoding request that speculates (SamplingParams::num_speculative_tokens
-// = K) gets slots for up to K drafted tokens, oldest first, out of what the
+// a decoding request that speculates gets slots for the drafts the engine
+// already holds for it (Request::num_drafts_ready, at most
+// SamplingParams::num_speculative_tokens = K), oldest first, out of what the
 // budget leaves — drafted tokens are computed tokens like any other. Drafts
 // are optional work: they take only free blocks and never preempt anyone.
 #pragma once

@@ -25,9 +25,8 @@ namespace {
 using test::one_float_config;
 using test::RandomSource;
 
-std::unique_ptr<Request> request_with(int64_t id, std::vector<TokenId> prompt,
-                                      int32_t max_tokens, int64_t block_size,
-                                      int32_t priority = 0) {
+std::unique_ptr<Request> request_with(int64_t id, std::vector<TokenId> prompt, int32_t max_tokens,
+                                      int64_t block_size, int32_t priority = 0) {
     SamplingParams params;
     params.max_tokens = max_tokens;
     return std::make_unique<Request>(id, std::move(prompt), params, priority, block_size);
@@ -385,6 +384,7 @@ TEST(Scheduler, FairPrefillIsOffAtZeroAndNeverCapsDecodeTokensOrDrafts) {
         pretend_step(kv, out);
         auto other = make_request(4, random.integer(2, 32), 4, 4);
         scheduler.add(*other);
+        speculating.num_drafts_ready = 2;  // the engine drafted before this step
         out = scheduler.schedule();
         EXPECT_EQ(batch(out), "[" + chunk(3, 3) + ", " + chunk(4, 1) + "]")
             << "long_prefill_tokens = 1: request 4's prompt advances 1 token a step beside "
@@ -393,6 +393,32 @@ TEST(Scheduler, FairPrefillIsOffAtZeroAndNeverCapsDecodeTokensOrDrafts) {
         scheduler.finish(speculating);
         scheduler.finish(*other);
     }
+}
+
+TEST(Scheduler, ReservesOneSlotPerDraftThatExistsAndNoneBeyondK) {
+    PagedKvCache pool(one_float_config(), 64, 4);
+    KvBlockManager kv(pool, false);
+    Scheduler scheduler(kv, {.max_num_batched_tokens = 64}, 4096);
+    SamplingParams params;
+    params.max_tokens = 32;
+    params.num_speculative_tokens = 4;
+    Request speculating(5, {11, 12, 13}, params, 0, 4);
+    scheduler.add(speculating);
+    pretend_step(kv, scheduler.schedule());  // the prompt, and a first token
+    for (const int64_t ready : {0, 1, 3}) {
+        speculating.num_drafts_ready = ready;
+        const SchedulerOutput out = scheduler.schedule();
+        ASSERT_EQ(out.chunks.size(), 1u);
+        EXPECT_EQ(out.chunks[0].num_draft_slots, ready)
+            << "K = 4 but the drafter proposed " << ready << ": a slot for each draft that "
+            << "exists, none for drafts that do not";
+        EXPECT_EQ(out.chunks[0].num_tokens, 1 + ready);
+        // The engine keeps no draft: the slots past the decode token go back.
+        kv.rollback(speculating.kv, int64_t(speculating.tokens.size()));
+        pretend_step(kv, out);
+        speculating.num_drafts_ready = 0;
+    }
+    scheduler.finish(speculating);
     EXPECT_EQ(pool.allocator().num_free(), pool.num_blocks()) << "blocks leaked";
 }
 
@@ -506,8 +532,9 @@ TEST(Scheduler, PreemptsTheNewestAndTheOldestKeepsGoing) {
     ASSERT_FALSE(preempted.empty()) << "24 slots for two requests of up to 20 tokens: one of "
                                        "them must be preempted";
     for (int64_t id : preempted) {
-        EXPECT_EQ(id, 2) << "request " << id << " was preempted; preempted in order: "
-                         << id_list(preempted) << ". Under FCFS the newest running request (2) "
+        EXPECT_EQ(id, 2) << "request " << id
+                         << " was preempted; preempted in order: " << id_list(preempted)
+                         << ". Under FCFS the newest running request (2) "
                          << "goes, whatever the priorities, so the oldest always makes progress";
     }
     EXPECT_EQ(old_request->num_generated(), 12);

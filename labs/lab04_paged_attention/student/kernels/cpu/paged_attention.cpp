@@ -12,6 +12,14 @@
 
 namespace servelab {
 
+void map_pool_rows(const int32_t* block_table, int64_t block_size, int64_t num_keys,
+                   std::vector<int64_t>& pool_row) {
+    pool_row.resize(static_cast<size_t>(num_keys));
+    // TODO(lab04): token j is in logical block j / block_size at offset j % block_size;
+    // TODO(lab04): physical block = block_table[logical]; its first row is block * block_size
+    throw NotImplemented("lab04: map_pool_rows");
+}
+
 void paged_attention(const float* q, const float* key_pool, const float* value_pool,
                      const int32_t* block_table, int64_t block_size, float* out,
                      const AttentionShape& s) {
@@ -25,10 +33,7 @@ void paged_attention(const float* q, const float* key_pool, const float* value_p
     thread_local std::vector<int64_t> pool_row_scratch;
     thread_local std::vector<std::vector<int64_t>> readers_scratch;
     std::vector<int64_t>& pool_row = pool_row_scratch;
-    pool_row.resize(static_cast<size_t>(s.num_keys));
-    // TODO(lab04): token j is in logical block j / block_size at offset j % block_size;
-    // TODO(lab04): physical block = block_table[logical]; its first row is block * block_size
-    throw NotImplemented("lab04: paged_attention");
+    map_pool_rows(block_table, block_size, s.num_keys, pool_row);
     std::vector<std::vector<int64_t>>& readers = readers_scratch;
     query_heads_by_kv_head(s, readers);
 
