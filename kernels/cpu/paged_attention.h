@@ -17,7 +17,7 @@
 namespace servelab {
 
 // pool_row[j] = the pool row of token j, for j < num_keys: the gather through
-// the block table (paged_decode_attention.h uses it too).
+// the block table (paged_flash_attention.h uses it too).
 void map_pool_rows(const int32_t* block_table, int64_t block_size, int64_t num_keys,
                    std::vector<int64_t>& pool_row);
 

@@ -8,8 +8,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/paged_attention.h"
-#include "kernels/cpu/paged_decode_attention.h"
+#include "kernels/cpu/paged_flash_attention.h"
 #include "kernels/cpu/residual.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
@@ -330,12 +329,10 @@ void ModelRunner::attend_chunk(int64_t layer_index, const SequenceChunk& chunk, 
         kv.paged->write(layer_index, *chunk.table, step.start_position, k, v, num_tokens);
         const AttentionShape shape{num_tokens, step.start_position + num_tokens, config_.num_heads,
                                    config_.num_kv_heads, config_.head_dim};
-        // A few queries over the context (decode, verification) split the
-        // keys to keep every thread busy; a prefill chunk has enough queries.
-        const auto attend =
-            num_tokens <= kMaxDecodeAttentionQueries ? paged_decode_attention : paged_attention;
-        attend(q, kv.paged->keys(layer_index), kv.paged->values(layer_index),
-               chunk.table->blocks().data(), kv.paged->block_size(), out, shape);
+        // The split, online-softmax kernel: every thread busy even for one
+        // query, and each query computed the same whatever shares its step.
+        paged_flash_attention(q, kv.paged->keys(layer_index), kv.paged->values(layer_index),
+                              chunk.table->blocks().data(), kv.paged->block_size(), out, shape);
     } else {
         // Without a cache the keys and values are exactly this step's: the
         // whole sequence, recomputed every step (Lab 1).

@@ -1,7 +1,5 @@
-// paged_decode_attention.cpp — see paged_decode_attention.h.
-#include "kernels/cpu/paged_decode_attention.h"
-
-#include <omp.h>
+// paged_flash_attention.cpp — see paged_flash_attention.h.
+#include "kernels/cpu/paged_flash_attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -24,8 +22,7 @@ namespace {
 
 constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
 constexpr int64_t kTile = 16;             // keys per tile: one 512-bit register of scores
-constexpr int64_t kMinKeysPerSplit = 64;  // below this a split costs more than it spreads
-constexpr int64_t kItemsPerThread = 4;    // enough items that no thread waits long at the end
+static_assert(kKeysPerSplit % kTile == 0);
 
 // Where an item's keys are and where its (m, l, o) triples go.
 struct RangeTask {
@@ -226,12 +223,12 @@ int64_t ceil_div(int64_t a, int64_t b) {
 
 }  // namespace
 
-void paged_decode_attention(const float* q, const float* key_pool, const float* value_pool,
+void paged_flash_attention(const float* q, const float* key_pool, const float* value_pool,
                             const int32_t* block_table, int64_t block_size, float* out,
                             const AttentionShape& s) {
     if (s.num_queries < 1 || s.num_keys < s.num_queries || s.num_kv_heads < 1 ||
         s.num_heads < s.num_kv_heads) {
-        throw Error("paged_decode_attention: a malformed attention shape");
+        throw Error("paged_flash_attention: a malformed attention shape");
     }
     const int64_t q_stride = s.num_heads * s.head_dim;
     const int64_t row_stride = s.num_kv_heads * s.head_dim;
@@ -246,13 +243,12 @@ void paged_decode_attention(const float* q, const float* key_pool, const float* 
     map_pool_rows(block_table, block_size, s.num_keys, pool_row);
     query_heads_by_kv_head(s, readers);
 
-    // Split the keys until every thread has a few items, but never into
-    // ranges too short to pay for their merge.
+    // Ranges at fixed positions (see the header): the last query sees the
+    // most keys, so it has the most ranges; earlier queries' last ranges may
+    // be empty, and weigh nothing in the merge.
     const int64_t pairs = s.num_queries * s.num_kv_heads;
-    int64_t splits = ceil_div(kItemsPerThread * int64_t(omp_get_max_threads()), pairs);
-    splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, s.num_keys / kMinKeysPerSplit));
-    const int64_t keys_per_split = ceil_div(ceil_div(s.num_keys, splits), kTile) * kTile;
-    splits = ceil_div(s.num_keys, keys_per_split);
+    const int64_t splits = ceil_div(s.num_keys, kKeysPerSplit);
+    const int64_t keys_per_split = kKeysPerSplit;
 
     // Per item and head: m, l, then o (head_dim). (A GQA group is
     // num_heads / num_kv_heads heads; the largest is taken in case a head
