@@ -222,6 +222,48 @@ TEST_F(CudaRunner, EngineGreedyTokensEqualTheCpuEngineUpToNearTies) {
     EXPECT_GT(gpu.num_graph_launches(), 0);
 }
 
+TEST_F(CudaRunner, LogprobsOfTheGpusTokensAreTheCpusDistribution) {
+    SCOPED_TRACE(random_.trace());
+    load_tiny({.num_layers = 2, .dim = 64, .num_heads = 4, .num_kv_heads = 2, .ffn_dim = 128});
+    const ModelConfig& c = model_->config;
+    ModelRunner cpu(c, cpu_weights_);
+    CudaModelRunner gpu(c, model_->weights, {.num_kv_blocks = 64, .block_size = 16});
+    EngineConfig config;
+    config.num_kv_blocks = 64;
+    config.block_size = 16;
+    Engine engine(*model_, gpu, config);
+    for (const float temperature : {0.0f, 0.7f}) {
+        SamplingParams params;
+        params.max_tokens = 8;
+        params.ignore_eos = true;
+        params.temperature = temperature;
+        params.seed = 11;
+        params.logprobs = 3;
+        const std::vector<TokenId> prompt = random_prompt(20);
+        const GenerationResult result = engine.generate({prompt}, params).at(0);
+        ASSERT_EQ(result.logprobs.size(), result.tokens.size())
+            << "the GPU runner must return logprobs for every token of a request that asks";
+        std::vector<TokenId> sequence = prompt;
+        for (size_t i = 0; i < result.tokens.size(); ++i) {
+            const SampledLogprobs& lp = result.logprobs[i];
+            EXPECT_EQ(lp.chosen.token, result.tokens[i]);
+            ASSERT_EQ(lp.top.size(), 3u);
+            // The CPU's log-softmax of (logits / T) for the same sequence
+            // (bf16 weights on both sides; the GPU's activations are bf16).
+            const std::vector<float> logits = cpu_next_logits(cpu, sequence);
+            const double scale = temperature > 0.0f ? temperature : 1.0;
+            double max_logit = -INFINITY, sum = 0.0;
+            for (const float l : logits) max_logit = std::max(max_logit, l / scale);
+            for (const float l : logits) sum += std::exp(l / scale - max_logit);
+            const double want =
+                logits[size_t(result.tokens[i])] / scale - max_logit - std::log(sum);
+            EXPECT_NEAR(lp.chosen.logprob, want, 0.05 + 0.02 * std::fabs(want))
+                << "temperature " << temperature << ", token " << i;
+            sequence.push_back(result.tokens[i]);
+        }
+    }
+}
+
 TEST_F(CudaRunner, ParallelSamplingForksBlocksAndCopiesOnWrite) {
     SCOPED_TRACE(random_.trace());
     load_tiny({.num_layers = 2, .dim = 64, .num_heads = 4, .num_kv_heads = 2, .ffn_dim = 128});
