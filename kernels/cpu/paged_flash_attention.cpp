@@ -23,6 +23,10 @@ namespace {
 constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
 constexpr int64_t kTile = 16;             // keys per tile: one 512-bit register of scores
 static_assert(kKeysPerSplit % kTile == 0);
+// Up to this many ranges are spread over the threads one by one, their
+// partials kept (about 0.8 KB each for SmolLM2); more, and each (query, KV
+// head) runs its ranges on one thread.
+constexpr int64_t kMaxKeptPartials = 1024;
 
 // Where an item's keys are and where its (m, l, o) triples go.
 struct RangeTask {
@@ -257,48 +261,43 @@ void paged_flash_attention(const float* q, const float* key_pool, const float* v
     for (const std::vector<int64_t>& heads : readers)
         group = std::max(group, int64_t(heads.size()));
     const int64_t per_item = group * (2 + s.head_dim);
-    std::vector<float>& partial = partial_scratch;
-    partial.resize(size_t(pairs * splits * per_item));
-
-    parallel_for(pairs * splits, [&](int64_t item) {
-        const int64_t pair = item / splits;
-        const int64_t split = item % splits;
+    const float scale = 1.0f / std::sqrt(float(s.head_dim));
+    // Range `split` of (query t, KV head g) into `slot` (per_item floats).
+    const auto attend_split = [&](int64_t pair, int64_t split, float* slot) {
         const int64_t t = pair / s.num_kv_heads;
         const int64_t g = pair % s.num_kv_heads;
         const int64_t visible = first_query_position + t + 1;
-        float* slot = partial.data() + item * per_item;
-        RangeTask task{q + t * q_stride,
-                       readers[size_t(g)],
-                       s.head_dim,
-                       1.0f / std::sqrt(float(s.head_dim)),
-                       key_pool + g * s.head_dim,
-                       value_pool + g * s.head_dim,
-                       pool_row.data(),
-                       row_stride,
-                       split * keys_per_split,
-                       std::min(split * keys_per_split + keys_per_split, visible),
-                       slot,
-                       slot + group,
-                       slot + 2 * group};
+        const RangeTask task{q + t * q_stride,
+                             readers[size_t(g)],
+                             s.head_dim,
+                             scale,
+                             key_pool + g * s.head_dim,
+                             value_pool + g * s.head_dim,
+                             pool_row.data(),
+                             row_stride,
+                             split * keys_per_split,
+                             std::min(split * keys_per_split + keys_per_split, visible),
+                             slot,
+                             slot + group,
+                             slot + 2 * group};
         attend_range(task);
-    });
-
-    // The exact merge. Split 0 always holds key 0, which every query sees,
-    // so M is finite and L > 0; an empty split has m = −inf and weighs 0.
-    for (int64_t pair = 0; pair < pairs; ++pair) {
+    };
+    // The exact merge of a pair's ranges (`slots`: splits × per_item). Split
+    // 0 always holds key 0, which every query sees, so M is finite and L > 0;
+    // an empty range has m = −inf and weighs 0.
+    const auto merge = [&](int64_t pair, const float* slots) {
         const int64_t t = pair / s.num_kv_heads;
-        const int64_t g = pair % s.num_kv_heads;
-        const std::vector<int64_t>& heads = readers[size_t(g)];
+        const std::vector<int64_t>& heads = readers[size_t(pair % s.num_kv_heads)];
         for (size_t i = 0; i < heads.size(); ++i) {
             float max = kMinusInfinity;
             for (int64_t split = 0; split < splits; ++split) {
-                max = std::max(max, partial[size_t((pair * splits + split) * per_item) + i]);
+                max = std::max(max, slots[split * per_item + int64_t(i)]);
             }
             float* o = out + t * q_stride + heads[i] * s.head_dim;
             std::fill(o, o + s.head_dim, 0.0f);
             float total = 0.0f;
             for (int64_t split = 0; split < splits; ++split) {
-                const float* slot = partial.data() + (pair * splits + split) * per_item;
+                const float* slot = slots + split * per_item;
                 const float m = slot[i];
                 if (m == kMinusInfinity) continue;  // saw no key
                 const float weight = std::exp(m - max);
@@ -308,7 +307,32 @@ void paged_flash_attention(const float* q, const float* key_pool, const float* v
             }
             for (int64_t d = 0; d < s.head_dim; ++d) o[d] /= total;
         }
+    };
+
+    // Few pairs (decode, verification): every range its own work item, all
+    // partials kept, merged after. Many pairs (prefill): a work item per
+    // pair runs its ranges one after another into its thread's buffer and
+    // merges at once, so memory stays O(threads × T) rather than O(T²).
+    // Both do the same arithmetic in the same order: the same bits.
+    if (pairs * splits <= kMaxKeptPartials) {
+        std::vector<float>& partial = partial_scratch;
+        partial.resize(size_t(pairs * splits * per_item));
+        parallel_for(pairs * splits, [&](int64_t item) {
+            attend_split(item / splits, item % splits, partial.data() + item * per_item);
+        });
+        for (int64_t pair = 0; pair < pairs; ++pair) {
+            merge(pair, partial.data() + pair * splits * per_item);
+        }
+        return;
     }
+    parallel_for(pairs, [&](int64_t pair) {
+        thread_local std::vector<float> slots;  // this worker's, reused across calls
+        slots.resize(size_t(splits * per_item));
+        for (int64_t split = 0; split < splits; ++split) {
+            attend_split(pair, split, slots.data() + split * per_item);
+        }
+        merge(pair, slots.data());
+    });
 }
 
 }  // namespace servelab

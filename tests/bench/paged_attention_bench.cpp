@@ -1,0 +1,72 @@
+// paged_attention_bench.cpp — the plain paged attention against the engine's split, online-softmax
+// one, one layer of SmolLM2-135M (9 query heads, 3 KV heads of 64), fp32 pool, 16-token blocks
+// scattered through the pool.
+//
+// Chapter 11.4 / 11.7. Decode: 1 query over `keys` cached tokens. Prefill: `keys` queries over
+// themselves (a whole prompt in one step). Compare the two kernels' times in the same run:
+//   OMP_NUM_THREADS=2 build/release/servelab_bench --benchmark_filter=PagedAttention
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/paged_flash_attention.h"
+
+namespace servelab {
+namespace {
+
+constexpr int64_t kHeads = 9, kKvHeads = 3, kHeadDim = 64, kBlockSize = 16;
+
+struct Pool {
+    std::vector<float> keys, values, q, out;
+    std::vector<int32_t> table;
+};
+
+Pool make_pool(int64_t keys, int64_t queries) {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    Pool pool;
+    const int64_t blocks = (keys + kBlockSize - 1) / kBlockSize;
+    const size_t floats = size_t(blocks * kBlockSize * kKvHeads * kHeadDim);
+    for (auto* v : {&pool.keys, &pool.values}) {
+        v->resize(floats);
+        for (float& x : *v) x = normal(rng);
+    }
+    pool.q.resize(size_t(queries * kHeads * kHeadDim));
+    for (float& x : pool.q) x = normal(rng);
+    pool.out.resize(pool.q.size());
+    pool.table.resize(size_t(blocks));
+    std::iota(pool.table.begin(), pool.table.end(), 0);
+    std::shuffle(pool.table.begin(), pool.table.end(), rng);
+    return pool;
+}
+
+template <void (*Kernel)(const float*, const float*, const float*, const int32_t*, int64_t,
+                         float*, const AttentionShape&)>
+void BM_PagedAttention(benchmark::State& state) {
+    const int64_t keys = state.range(0);
+    const int64_t queries = state.range(1) != 0 ? keys : 1;  // 1: prefill of the whole context
+    Pool pool = make_pool(keys, queries);
+    const AttentionShape shape{queries, keys, kHeads, kKvHeads, kHeadDim};
+    for (auto _ : state) {
+        Kernel(pool.q.data(), pool.keys.data(), pool.values.data(), pool.table.data(),
+               kBlockSize, pool.out.data(), shape);
+        benchmark::DoNotOptimize(pool.out.data());
+    }
+    // K and V bytes one pass reads at least once.
+    state.SetBytesProcessed(state.iterations() * keys * kKvHeads * kHeadDim * 2 * 4);
+}
+
+// {keys, prefill?}
+#define SERVELAB_ATTENTION_CASES                                                      \
+    ->Args({1024, 0})->Args({4096, 0})->Args({8192, 0})->Args({512, 1})->Args({2048, 1})       \
+        ->Args({8192, 1})                                                                     \
+        ->UseRealTime()->Unit(benchmark::kMicrosecond)
+BENCHMARK_TEMPLATE(BM_PagedAttention, paged_attention) SERVELAB_ATTENTION_CASES;
+BENCHMARK_TEMPLATE(BM_PagedAttention, paged_flash_attention) SERVELAB_ATTENTION_CASES;
+
+}  // namespace
+}  // namespace servelab
