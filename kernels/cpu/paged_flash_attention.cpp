@@ -106,6 +106,13 @@ SERVELAB_AVX512 inline __m512 exp_avx512(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
+// Asks for the kVecs 64-byte lines of one row.
+SERVELAB_AVX512 inline void prefetch_row(const float* row, int lines) {
+    for (int i = 0; i < lines; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(row + 16 * i), _MM_HINT_T0);
+    }
+}
+
 // kHeads query heads of one KV head, head_dim = 16 · kVecs. The outputs stay
 // in registers for the whole range (kHeads · kVecs of them); each key row
 // and value row is loaded once per tile and serves every head.
@@ -127,7 +134,13 @@ SERVELAB_AVX512 void attend_range_avx512(const RangeTask& task, const int64_t* h
     alignas(64) float weights[kHeads][kTile];
     for (int64_t j0 = task.begin; j0 < task.end; j0 += kTile) {
         const int n = int(std::min(kTile, task.end - j0));
+        // The next tile's rows are another block of the pool, somewhere
+        // else in memory: ask for them now, so they arrive while this tile
+        // computes (the hardware prefetcher does not guess a jump).
+        const int64_t next = j0 + kTile;
+        const int n_next = int(std::max<int64_t>(0, std::min(kTile, task.end - next)));
         for (int jj = 0; jj < n; ++jj) {
+            if (jj < n_next) prefetch_row(task.keys + task.pool_row[next + jj] * task.row_stride, kVecs);
             const float* k = task.keys + task.pool_row[j0 + jj] * task.row_stride;
             __m512 key[kVecs];
             for (int v = 0; v < kVecs; ++v) key[v] = _mm512_loadu_ps(k + 16 * v);
@@ -155,6 +168,9 @@ SERVELAB_AVX512 void attend_range_avx512(const RangeTask& task, const int64_t* h
             m[i] = m_new;
         }
         for (int jj = 0; jj < n; ++jj) {
+            if (jj < n_next) {
+                prefetch_row(task.values + task.pool_row[next + jj] * task.row_stride, kVecs);
+            }
             const float* row = task.values + task.pool_row[j0 + jj] * task.row_stride;
             __m512 value[kVecs];
             for (int v = 0; v < kVecs; ++v) value[v] = _mm512_loadu_ps(row + 16 * v);
