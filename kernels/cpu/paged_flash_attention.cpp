@@ -21,7 +21,7 @@ namespace servelab {
 namespace {
 
 constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
-constexpr int64_t kTile = 16;             // keys per tile: one 512-bit register of scores
+constexpr int64_t kTile = 16;  // keys per tile: one 512-bit register of scores
 static_assert(kKeysPerSplit % kTile == 0);
 // Up to this many ranges are spread over the threads one by one, their
 // partials kept (about 0.8 KB each for SmolLM2); more, and each (query, KV
@@ -140,7 +140,8 @@ SERVELAB_AVX512 void attend_range_avx512(const RangeTask& task, const int64_t* h
         const int64_t next = j0 + kTile;
         const int n_next = int(std::max<int64_t>(0, std::min(kTile, task.end - next)));
         for (int jj = 0; jj < n; ++jj) {
-            if (jj < n_next) prefetch_row(task.keys + task.pool_row[next + jj] * task.row_stride, kVecs);
+            if (jj < n_next)
+                prefetch_row(task.keys + task.pool_row[next + jj] * task.row_stride, kVecs);
             const float* k = task.keys + task.pool_row[j0 + jj] * task.row_stride;
             __m512 key[kVecs];
             for (int v = 0; v < kVecs; ++v) key[v] = _mm512_loadu_ps(k + 16 * v);
@@ -244,8 +245,8 @@ int64_t ceil_div(int64_t a, int64_t b) {
 }  // namespace
 
 void paged_flash_attention(const float* q, const float* key_pool, const float* value_pool,
-                            const int32_t* block_table, int64_t block_size, float* out,
-                            const AttentionShape& s) {
+                           const int32_t* block_table, int64_t block_size, float* out,
+                           const AttentionShape& s) {
     if (s.num_queries < 1 || s.num_keys < s.num_queries || s.num_kv_heads < 1 ||
         s.num_heads < s.num_kv_heads) {
         throw Error("paged_flash_attention: a malformed attention shape");

@@ -44,16 +44,16 @@ Pool make_pool(int64_t keys, int64_t queries) {
     return pool;
 }
 
-template <void (*Kernel)(const float*, const float*, const float*, const int32_t*, int64_t,
-                         float*, const AttentionShape&)>
+template <void (*Kernel)(const float*, const float*, const float*, const int32_t*, int64_t, float*,
+                         const AttentionShape&)>
 void BM_PagedAttention(benchmark::State& state) {
     const int64_t keys = state.range(0);
     const int64_t queries = state.range(1) != 0 ? keys : 1;  // 1: prefill of the whole context
     Pool pool = make_pool(keys, queries);
     const AttentionShape shape{queries, keys, kHeads, kKvHeads, kHeadDim};
     for (auto _ : state) {
-        Kernel(pool.q.data(), pool.keys.data(), pool.values.data(), pool.table.data(),
-               kBlockSize, pool.out.data(), shape);
+        Kernel(pool.q.data(), pool.keys.data(), pool.values.data(), pool.table.data(), kBlockSize,
+               pool.out.data(), shape);
         benchmark::DoNotOptimize(pool.out.data());
     }
     // K and V bytes one pass reads at least once.
@@ -61,10 +61,15 @@ void BM_PagedAttention(benchmark::State& state) {
 }
 
 // {keys, prefill?}
-#define SERVELAB_ATTENTION_CASES                                                      \
-    ->Args({1024, 0})->Args({4096, 0})->Args({8192, 0})->Args({512, 1})->Args({2048, 1})       \
-        ->Args({8192, 1})                                                                     \
-        ->UseRealTime()->Unit(benchmark::kMicrosecond)
+#define SERVELAB_ATTENTION_CASES \
+    ->Args({1024, 0})            \
+        ->Args({4096, 0})        \
+        ->Args({8192, 0})        \
+        ->Args({512, 1})         \
+        ->Args({2048, 1})        \
+        ->Args({8192, 1})        \
+        ->UseRealTime()          \
+        ->Unit(benchmark::kMicrosecond)
 BENCHMARK_TEMPLATE(BM_PagedAttention, paged_attention) SERVELAB_ATTENTION_CASES;
 BENCHMARK_TEMPLATE(BM_PagedAttention, paged_flash_attention) SERVELAB_ATTENTION_CASES;
 

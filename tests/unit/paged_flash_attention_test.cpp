@@ -53,7 +53,7 @@ double worst_difference(RandomSource& rng, const Case& c) {
     paged_attention(q.data(), keys.data(), values.data(), blocks.data(), c.block_size, want.data(),
                     shape);
     paged_flash_attention(q.data(), keys.data(), values.data(), blocks.data(), c.block_size,
-                           got.data(), shape);
+                          got.data(), shape);
     double worst = 0.0;
     for (size_t i = 0; i < out_floats; ++i) {
         if (!std::isfinite(got[i])) return INFINITY;  // a poisoned output left unwritten, or a NaN
@@ -106,7 +106,7 @@ TEST(PagedFlashAttention, RefusesAMalformedShape) {
     const std::vector<int32_t> blocks = {0};
     std::vector<float> out(64);
     EXPECT_THROW(paged_flash_attention(data.data(), data.data(), data.data(), blocks.data(), 4,
-                                        out.data(), AttentionShape{2, 1, 1, 1, 16}),
+                                       out.data(), AttentionShape{2, 1, 1, 1, 16}),
                  Error);
 }
 
@@ -135,9 +135,8 @@ TEST(PagedFlashAttention, AQueryComputesTheSameBitsWhateverSharesItsStep) {
                                   {1, num_keys - batch + t + 1, heads, kv_heads, head_dim});
             for (size_t i = 0; i < alone.size(); ++i) {
                 ASSERT_EQ(alone[i], together[size_t(t * heads * head_dim) + i])
-                    << "query " << t << " of " << batch << " over " << num_keys
-                    << " keys, output " << i
-                    << ": the key ranges must not depend on the step's other queries; "
+                    << "query " << t << " of " << batch << " over " << num_keys << " keys, output "
+                    << i << ": the key ranges must not depend on the step's other queries; "
                     << rng.trace();
             }
         }
