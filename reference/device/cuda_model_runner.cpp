@@ -512,10 +512,11 @@ StepResult CudaModelRunner::run_step(const StepBatch& batch, PagedKvCache& cache
 // kept set). Everyone else still gets token ids only.
 void CudaModelRunner::add_logprobs(const StepBatch& batch, StepResult& result) {
     Device& d = *device_;
-    std::vector<float> row(size_t(config_.vocab_size));
+    std::vector<float> row;  // sized at the first sample that asks
     for (size_t i = 0; i < batch.samples.size(); ++i) {
         const SampleRequest& request = batch.samples[i];
         if (request.sampler->params().logprobs < 0) continue;
+        row.resize(size_t(config_.vocab_size));
         SERVELAB_CUDA_CHECK(cudaMemcpy(row.data(),
                                        d.act->logits.data() + request.row * config_.vocab_size,
                                        row.size() * sizeof(float), cudaMemcpyDeviceToHost));

@@ -326,6 +326,8 @@ std::map<int64_t, Draft> Engine::propose_drafts(StepOutput& out) {
 
 std::vector<Draft> Engine::drafts_for_chunks(const SchedulerOutput& scheduled,
                                              std::map<int64_t, Draft>& drafts_ready) {
+    // The scheduler has read the counts; the next step proposes anew.
+    for (const auto& [id, draft] : drafts_ready) requests_.at(id)->request.num_drafts_ready = 0;
     std::vector<Draft> drafts(scheduled.chunks.size());
     const size_t vocab = size_t(model_.config.vocab_size);
     for (size_t i = 0; i < scheduled.chunks.size(); ++i) {
@@ -356,7 +358,6 @@ std::vector<Draft> Engine::drafts_for_chunks(const SchedulerOutput& scheduled,
             live.drafter->rollback(id, int64_t(live.request.tokens.size()));
         }
     }
-    for (auto& [id, live] : requests_) live->request.num_drafts_ready = 0;
     return drafts;
 }
 
@@ -384,8 +385,9 @@ void Engine::accept_verified(Live& live, std::span<const TokenId> drafts,
     std::vector<TokenId> emitted(kept.begin(), kept.end());
     emitted.push_back(verdict.next_token);
     for (TokenId token : emitted) {
-        if (accept_token(live, token, std::nullopt, now, out))
+        if (accept_token(live, token, std::nullopt, now, out)) {
             return;  // finished: the rest is dropped
+        }
     }
 }
 

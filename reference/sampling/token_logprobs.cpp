@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 namespace servelab {
 
@@ -19,17 +18,21 @@ SampledLogprobs logprobs_from_logits(std::span<const float> logits, TokenId chos
 
     SampledLogprobs out;
     out.chosen = {chosen, logprob(size_t(chosen))};
+    // The num_top largest in one pass, kept sorted (at most kMaxTopLogprobs,
+    // so an insertion is a few moves): nothing vocabulary-sized is allocated.
     const size_t count = std::min(size_t(std::max(num_top, 0)), logits.size());
-    if (count == 0) return out;
-    std::vector<TokenId> ids(logits.size());
-    std::iota(ids.begin(), ids.end(), TokenId(0));
-    std::partial_sort(ids.begin(), ids.begin() + std::ptrdiff_t(count), ids.end(),
-                      [&](TokenId a, TokenId b) {
-                          if (logits[size_t(a)] != logits[size_t(b)])
-                              return logits[size_t(a)] > logits[size_t(b)];
-                          return a < b;
-                      });
-    for (size_t i = 0; i < count; ++i) out.top.push_back({ids[i], logprob(size_t(ids[i]))});
+    const auto before = [&](TokenId a, TokenId b) {
+        return logits[size_t(a)] != logits[size_t(b)] ? logits[size_t(a)] > logits[size_t(b)]
+                                                      : a < b;
+    };
+    std::vector<TokenId> best;
+    best.reserve(count + 1);
+    for (size_t id = 0; id < logits.size() && count > 0; ++id) {
+        if (best.size() == count && !before(TokenId(id), best.back())) continue;
+        best.insert(std::upper_bound(best.begin(), best.end(), TokenId(id), before), TokenId(id));
+        if (best.size() > count) best.pop_back();
+    }
+    for (const TokenId id : best) out.top.push_back({id, logprob(size_t(id))});
     return out;
 }
 

@@ -51,8 +51,9 @@ class QueueFull : public Error {
     using Error::Error;
 };
 
-// What a handler reads from its request's stream, in order: pieces of text
-// (one per token that completed some text), then exactly one end.
+// What a handler reads from its request's stream, in order: one event per
+// generated token (its text may be empty: part of a character, or text a
+// stop string holds back), then exactly one end.
 struct StreamEvent {
     enum class Kind { kText, kEnd };
     Kind kind = Kind::kText;

@@ -391,7 +391,8 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
             std::vector<std::shared_ptr<RequestStream>>& streams = state->streams;
             std::vector<bool> first(streams.size(), true);
             std::vector<bool> ended(streams.size(), false);
-            std::vector<int64_t> text_bytes(streams.size(), 0);  // each choice's token bytes so far
+            std::vector<int64_t> text_bytes(streams.size(),
+                                            0);  // logprobs' text_offset, per choice
             int64_t completion_tokens = 0;
             size_t num_ended = 0;
             bool cut_short = false;  // a choice ended "cancelled" (the drain timed out)
@@ -414,8 +415,8 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
                         if (event.logprobs) {
                             logprobs = logprobs_json(header.chat, std::span(&*event.logprobs, 1),
                                                      tokenizer_, text_bytes[i]);
+                            text_bytes[i] += int64_t(tokenizer_.token_to_bytes(event.token).size());
                         }
-                        text_bytes[i] += int64_t(tokenizer_.token_to_bytes(event.token).size());
                         if (!write(sse(stream_chunk(header, int(i), event.text, nullptr, first[i],
                                                     logprobs)))) {
                             return false;  // the client left: the releaser cancels

@@ -1,6 +1,7 @@
-// paged_attention_bench.cpp — the plain paged attention against the engine's split, online-softmax
-// one, one layer of SmolLM2-135M (9 query heads, 3 KV heads of 64), fp32 pool, 16-token blocks
-// scattered through the pool.
+// paged_attention_bench.cpp — the plain paged attention against the engine's split one.
+//
+// One layer of SmolLM2-135M (9 query heads, 3 KV heads of 64), fp32 pool,
+// 16-token blocks scattered through the pool.
 //
 // Chapter 11.4 / 11.7. Decode: 1 query over `keys` cached tokens. Prefill: `keys` queries over
 // themselves (a whole prompt in one step). Compare the two kernels' times in the same run:
