@@ -31,6 +31,9 @@
 #                                   decode step against N; predicted 7B/70B steps on NVLink and PCIe
 #   notebook_lab08_kernels          GB/s of weights of the Q4_1 GEMV per step (servelab_bench's Gemv
 #                                   cases) against the memory read bandwidth (membw_probe): the roof
+#   notebook_lab09_flash_attention  attention time and scratch memory against the context, plain
+#                                   against flash, prefill and decode; decode split against
+#                                   unsplit; the whole model's step fused against unfused
 #   notebook_serving_latency        TTFT/TPOT/E2E percentiles, throughput and goodput against the
 #                                   request rate (tools/serve_side_by_side.py; small mode: servelab
 #                                   alone on a tiny model, no llama.cpp)
@@ -61,7 +64,7 @@ if(servelab_notebooks_ready)
     "OMP_NUM_THREADS=1")
   foreach(notebook lab01_naive_decoding lab02_kv_cache lab03_kv_compression lab04_paged_attention
                   lab05_continuous_batching lab06_speculative_decoding lab07_tensor_parallelism
-                  lab08_kernels serving_latency)
+                  lab08_kernels lab09_flash_attention serving_latency)
     add_test(NAME notebook_${notebook}
       COMMAND ${SERVELAB_PYTHON} -m jupyter nbconvert --to notebook --execute
               --ExecutePreprocessor.timeout=240
