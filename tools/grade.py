@@ -723,6 +723,7 @@ RATIO_SE_TARGET = 0.02      # stop adding rounds once the ratio is this certain 
 RATIO_SE_LIMIT = 0.035      # grade at most this uncertain a ratio, else "machine busy"
 NOISE_FLOOR = 0.01          # the smallest run-to-run noise assumed (1 %)
 MAX_ROUNDS_FACTOR = 4       # rounds at most: this x repetitions
+ORDER_GAP_TO_SETTLE = 0.05  # one round of an order settles only within 5 % of the other order
 
 
 class BenchError(Exception):
@@ -856,9 +857,17 @@ class Verdict:
     allowed_other_cores: float = None
     reason: str = ""                               # why there is no ratio
     busy: bool = False                             # no ratio because the machine was busy
+    order_gap: float = None      # |log| of one order's median ratio over the other's
+    smallest_order: int = None   # rounds in the order that has fewer
 
     def settled(self):
-        return self.ratio is not None and self.standard_error <= RATIO_SE_TARGET
+        # An order with a single round has that round as its median: one disturbance the
+        # probe missed would move the ratio by half of it while the rest looks settled.
+        # So such a ratio counts only when the two orders agree.
+        orders_agree = self.smallest_order is not None and (
+            self.smallest_order >= 2 or self.order_gap <= ORDER_GAP_TO_SETTLE)
+        return (self.ratio is not None and self.standard_error <= RATIO_SE_TARGET
+                and orders_agree)
 
 
 def median_absolute_deviation(values):
@@ -895,6 +904,8 @@ def judge(rounds, spec, num_cpus):
     noise = max(1.4826 * median_absolute_deviation(residuals) if len(residuals) > 2 else 0.0,
                 NOISE_FLOOR)
     verdict.ratio = math.exp(sum(centers) / 2)
+    verdict.order_gap = abs(centers[0] - centers[1])
+    verdict.smallest_order = min(len(group) for group in by_order)
     verdict.standard_error = 1.25 * noise / math.sqrt(len(logs))
     verdict.used = sorted(logs)
     return verdict

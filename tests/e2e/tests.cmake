@@ -14,6 +14,7 @@
 #   traces_up_to_date           data/traces/*.jsonl match tools/make_traces.py (Lab 4)
 #   oracle_smollm2              the real SmolLM2-135M Q4_1 model (skipped, exit 77,
 #                               when data/models has no model file)
+#   oracle_smollm2_4k           the same on a 4,096-token random prompt (label "slow")
 
 set(SERVELAB_E2E_SCRIPT ${CMAKE_SOURCE_DIR}/tests/e2e/test_numpy_oracle.py)
 set(SERVELAB_E2E_MODEL ${CMAKE_SOURCE_DIR}/data/models/SmolLM2-135M-Instruct.Q4_1.gguf)
@@ -82,6 +83,17 @@ if(servelab_e2e_ready)
             --n-random 2 --min-len 10 --max-len 40)
   set_tests_properties(oracle_smollm2 PROPERTIES
     LABELS "e2e" TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=1")
+
+  # A 4,096-token prompt (half SmolLM2's trained context): 256 query tiles
+  # and 32 key ranges per query for the flash kernels, every position
+  # checked. 10-16 minutes on 2 cores (the float64 oracle's 4096 x 4096
+  # attention per layer, and 800 MB of logits): `make test-all` only.
+  add_test(NAME oracle_smollm2_4k
+    COMMAND ${SERVELAB_PYTHON} ${SERVELAB_E2E_SCRIPT}
+            --servelab $<TARGET_FILE:servelab> --model ${SERVELAB_E2E_MODEL}
+            --n-random 1 --min-len 4096 --max-len 4096)
+  set_tests_properties(oracle_smollm2_4k PROPERTIES
+    LABELS "e2e;slow" TIMEOUT 1800 SKIP_RETURN_CODE 77)
 endif()
 
 # The CLI as a user meets it (Python standard library only). One OpenMP

@@ -460,6 +460,15 @@ class TestJudge(unittest.TestCase):
         self.assertTrue(verdict.busy)
         self.assertIn("0 of 12 rounds ran undisturbed", verdict.reason)
 
+    def test_one_round_of_an_order_far_from_the_other_order_does_not_settle(self):
+        # Student-first rounds agree at 1.0; the one reference-first round read
+        # 0.74 (a disturbance the probe missed): the ratio, 0.86, must not stand.
+        rounds = [(run(100), run(100)), (run(74), run(100)), (run(100.5), run(100))]
+        verdict = grade.judge(rounds, self.SPEC, num_cpus=2)
+        self.assertFalse(verdict.settled())
+        rounds.append((run(99.5), run(100)))  # a second reference-first round: medians again
+        self.assertEqual(grade.judge(rounds, self.SPEC, num_cpus=2).smallest_order, 2)
+
     def test_quiet_rounds_settle_at_the_repetitions(self):
         values = iter([(run(100), run(100)), (run(101), run(100)), (run(99), run(100))])
         rounds, verdict = grade.measure_rounds(self.SPEC, lambda index: next(values))
