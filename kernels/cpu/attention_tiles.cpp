@@ -46,8 +46,19 @@ void tile_accumulate_plain(const float* weights, const int64_t* live, const KvRo
     }
 }
 
-void exp_in_place_plain(float* x, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) x[i] = x[i] < kExpFloor ? 0.0f : std::exp(x[i]);
+float exp_in_place_plain(float* x, int64_t n) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = x[i] < kExpFloor ? 0.0f : std::exp(x[i]);
+        sum += x[i];
+    }
+    return sum;
+}
+
+float max_of_plain(const float* x, int64_t n) {
+    float largest = kMinusInfinity;
+    for (int64_t i = 0; i < n; ++i) largest = std::max(largest, x[i]);
+    return largest;
 }
 
 #if SERVELAB_X86
@@ -81,12 +92,29 @@ SERVELAB_AVX512 inline __m512 exp_avx512(__m512 x) {
     return _mm512_mask_mov_ps(_mm512_scalef_ps(p, n), underflow, _mm512_setzero_ps());
 }
 
-SERVELAB_AVX512 void exp_in_place_avx512(float* x, int64_t n) {
+// Lanes past n are loaded as −inf: their e^x is 0, and adds nothing.
+SERVELAB_AVX512 float exp_in_place_avx512(float* x, int64_t n) {
+    __m512 sum = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 16) {
         const int64_t left = std::min<int64_t>(16, n - i);
         const __mmask16 lanes = left == 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
-        _mm512_mask_storeu_ps(x + i, lanes, exp_avx512(_mm512_maskz_loadu_ps(lanes, x + i)));
+        const __m512 e =
+            exp_avx512(_mm512_mask_loadu_ps(_mm512_set1_ps(kMinusInfinity), lanes, x + i));
+        _mm512_mask_storeu_ps(x + i, lanes, e);
+        sum = _mm512_add_ps(sum, e);
     }
+    return _mm512_reduce_add_ps(sum);
+}
+
+SERVELAB_AVX512 float max_of_avx512(const float* x, int64_t n) {
+    __m512 largest = _mm512_set1_ps(kMinusInfinity);
+    for (int64_t i = 0; i < n; i += 16) {
+        const int64_t left = std::min<int64_t>(16, n - i);
+        const __mmask16 lanes = left == 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+        largest = _mm512_max_ps(largest,
+                                _mm512_mask_loadu_ps(_mm512_set1_ps(kMinusInfinity), lanes, x + i));
+    }
+    return _mm512_reduce_max_ps(largest);
 }
 
 // Asks for the `lines` 64-byte lines of one row. The next tile's rows are in
@@ -109,28 +137,75 @@ SERVELAB_AVX512 inline void prefetch_next_tile(const KvRows& kv, const float* po
     }
 }
 
-// head_dim = 16 · kVecs. Key row jj is loaded once into registers and dotted
-// with every row's query (from L1); each score is one register of products
-// summed across its lanes.
+// lo[i] / hi[i]: the lanes of (a, b) that one step of sum_lanes_of_16 adds
+// (indices 16 and up are b's lanes).
+struct LanePairs {
+    alignas(64) int32_t lo[16];
+    alignas(64) int32_t hi[16];
+};
+// Step s halves the partial sums per key: a lane's pair is 8, 4, 2, 1 lanes away.
+constexpr LanePairs kHalvingSteps[4] = {
+    {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+     {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
+    {{0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27},
+     {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31}},
+    {{0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29},
+     {2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31}},
+    {{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30},
+     {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}},
+};
+
+SERVELAB_AVX512 inline __m512 add_lane_pairs(__m512 a, __m512 b, int step) {
+    const __m512i lo = _mm512_load_si512(kHalvingSteps[step].lo);
+    const __m512i hi = _mm512_load_si512(kHalvingSteps[step].hi);
+    return _mm512_add_ps(_mm512_permutex2var_ps(a, lo, b), _mm512_permutex2var_ps(a, hi, b));
+}
+
+// sums[jj] = the 16 lanes of v[jj] added up, for 16 registers at once: four
+// halving steps of 8, 4, 2, 1 permute-and-adds (15 in all) instead of a
+// horizontal sum per register (about 4 shuffles and 4 adds each). The last
+// step leaves key jj in lane jj. The order of the additions is fixed, so a
+// score's bits depend on its query and key only.
+SERVELAB_AVX512 inline __m512 sum_lanes_of_16(__m512 (&v)[16]) {
+    __m512 x[8], y[4], z[2];
+    for (int i = 0; i < 8; ++i) x[i] = add_lane_pairs(v[2 * i], v[2 * i + 1], 0);
+    for (int i = 0; i < 4; ++i) y[i] = add_lane_pairs(x[2 * i], x[2 * i + 1], 1);
+    for (int i = 0; i < 2; ++i) z[i] = add_lane_pairs(y[2 * i], y[2 * i + 1], 2);
+    return add_lane_pairs(z[0], z[1], 3);
+}
+
+// head_dim = 16 · kVecs. For each row, the 16 keys' lane-wise products with
+// the row's query (kVecs multiply-adds per key, the key rows read from L1
+// after the first row), then sum_lanes_of_16 turns the 16 registers into one
+// register of 16 scores.
 template <int kVecs>
 SERVELAB_AVX512 void tile_scores_avx512(const QueryRows& rows, const KvRows& kv, int64_t first_key,
                                         int64_t num_keys, float* scores) {
     prefetch_next_tile<kVecs>(kv, kv.keys, first_key);
+    const float* key_rows[kKeyTile];
     for (int64_t jj = 0; jj < num_keys; ++jj) {
-        const float* k = kv.keys + kv.pool_row[first_key + jj] * kv.row_stride;
-        __m512 key[kVecs];
-        for (int v = 0; v < kVecs; ++v) key[v] = _mm512_loadu_ps(k + 16 * v);
-        for (int64_t r = 0; r < rows.num_rows; ++r) {
-            const float* q = rows.q + r * 16 * kVecs;
-            __m512 dot = _mm512_mul_ps(_mm512_loadu_ps(q), key[0]);
-            for (int v = 1; v < kVecs; ++v) {
-                dot = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * v), key[v], dot);
-            }
-            scores[r * kKeyTile + jj] = _mm512_reduce_add_ps(dot);
-        }
+        key_rows[jj] = kv.keys + kv.pool_row[first_key + jj] * kv.row_stride;
     }
+    const __mmask16 past_the_tile = __mmask16(~((1u << num_keys) - 1));
     for (int64_t r = 0; r < rows.num_rows; ++r) {
-        std::fill(scores + r * kKeyTile + num_keys, scores + (r + 1) * kKeyTile, kMinusInfinity);
+        __m512 q[kVecs];
+        for (int v = 0; v < kVecs; ++v) q[v] = _mm512_loadu_ps(rows.q + r * 16 * kVecs + 16 * v);
+        __m512 products[kKeyTile];
+#pragma GCC unroll 16
+        for (int jj = 0; jj < int(kKeyTile); ++jj) {
+            if (jj >= num_keys) {
+                products[jj] = _mm512_setzero_ps();
+                continue;
+            }
+            __m512 p = _mm512_mul_ps(q[0], _mm512_loadu_ps(key_rows[jj]));
+            for (int v = 1; v < kVecs; ++v) {
+                p = _mm512_fmadd_ps(q[v], _mm512_loadu_ps(key_rows[jj] + 16 * v), p);
+            }
+            products[jj] = p;
+        }
+        const __m512 row_scores = _mm512_mask_mov_ps(sum_lanes_of_16(products), past_the_tile,
+                                                     _mm512_set1_ps(kMinusInfinity));
+        _mm512_storeu_ps(scores + r * kKeyTile, row_scores);
     }
 }
 
@@ -243,11 +318,18 @@ void tile_accumulate(const float* weights, const int64_t* live, const KvRows& kv
     tile_accumulate_plain(weights, live, kv, first_key, num_rows, out);
 }
 
-void exp_in_place(float* x, int64_t n) {
+float exp_in_place(float* x, int64_t n) {
 #if SERVELAB_X86
     if (runs_avx512()) return exp_in_place_avx512(x, n);
 #endif
-    exp_in_place_plain(x, n);
+    return exp_in_place_plain(x, n);
+}
+
+float max_of(const float* x, int64_t n) {
+#if SERVELAB_X86
+    if (runs_avx512()) return max_of_avx512(x, n);
+#endif
+    return max_of_plain(x, n);
 }
 
 }  // namespace servelab

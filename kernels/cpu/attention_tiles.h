@@ -66,7 +66,11 @@ void tile_accumulate(const float* weights, const int64_t* live, const KvRows& kv
                      int64_t num_rows, float* out);
 
 // x[i] = e^x[i] in place; exactly 0 where x[i] < −87 (e^−87 is below float's
-// smallest normal number), so exp(−inf) is 0.
-void exp_in_place(float* x, int64_t n);
+// smallest normal number), so exp(−inf) is 0. Returns Σ e^x[i], summed in a
+// fixed order (the same bits for the same inputs, wherever it is called).
+float exp_in_place(float* x, int64_t n);
+
+// The largest of x[0 .. n), −inf for n = 0 or all −inf.
+float max_of(const float* x, int64_t n);
 
 }  // namespace servelab

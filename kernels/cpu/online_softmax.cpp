@@ -12,25 +12,26 @@ namespace servelab {
 void online_softmax_update(float* scores, int64_t num_scores, float& max, float& sum, float* out,
                            int64_t head_dim) {
     // BEGIN SOLUTION lab09 (online_softmax_update)
-    // HINT: the tile's max first; a tile of only −inf scores must set every weight to 0 and return
-    // HINT: m' = max(max, tile max); everything summed so far is exp(max − m') too large: rescale
-    // HINT: sum and out by it (it is 0 at the first tile, when max is −inf)
-    // HINT: weights exp(s − m') with exp_in_place (attention_tiles.h); add them to the sum
-    float tile_max = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < num_scores; ++j) tile_max = std::max(tile_max, scores[j]);
+    // HINT: the tile's max first (max_of); a tile of only −inf scores must set every weight to 0
+    // HINT: and return. m' = max(max, tile max); when m' > max, everything summed so far is
+    // HINT: exp(max − m') too large: rescale sum and out by it (0 at the first tile, max = −inf)
+    // HINT: weights exp(s − m') with exp_in_place (attention_tiles.h), which returns their sum
+    const float tile_max = max_of(scores, num_scores);
     if (tile_max == -std::numeric_limits<float>::infinity()) {
         std::fill(scores, scores + num_scores, 0.0f);
         return;
     }
     const float new_max = std::max(max, tile_max);
-    const float correction = std::exp(max - new_max);
     for (int64_t j = 0; j < num_scores; ++j) scores[j] -= new_max;
-    exp_in_place(scores, num_scores);
-    float tile_sum = 0.0f;
-    for (int64_t j = 0; j < num_scores; ++j) tile_sum += scores[j];
-    sum = sum * correction + tile_sum;
-    for (int64_t d = 0; d < head_dim; ++d) out[d] *= correction;
-    max = new_max;
+    const float tile_sum = exp_in_place(scores, num_scores);
+    // Most tiles do not raise the max: then the factor is 1 and there is nothing to do.
+    if (new_max > max) {
+        const float correction = std::exp(max - new_max);
+        sum *= correction;
+        for (int64_t d = 0; d < head_dim; ++d) out[d] *= correction;
+        max = new_max;
+    }
+    sum += tile_sum;
     // END SOLUTION
 }
 

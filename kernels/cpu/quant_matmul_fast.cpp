@@ -408,8 +408,7 @@ float row_dot_portable(GgmlType type, const uint8_t* row, int64_t num_blocks, in
 
 }  // namespace
 
-void quantize_activations(const float* x, int64_t num_tokens, int64_t cols,
-                          QuantizedActivations& out) {
+void resize_activations(QuantizedActivations& out, int64_t num_tokens, int64_t cols) {
     if (cols % kBlock != 0) {
         throw Error("quantize_activations: cols must be a multiple of 32");
     }
@@ -419,6 +418,23 @@ void quantize_activations(const float* x, int64_t num_tokens, int64_t cols,
     out.codes.resize(size_t(num_tokens * cols));
     out.scales.resize(size_t(blocks));
     out.scaled_sums.resize(size_t(blocks));
+}
+
+void quantize_activation_block(const float* values, int8_t* codes, float* scale,
+                               float* scaled_sum) {
+#ifdef SERVELAB_X86
+    if (cpu_has_avx512_vnni()) {
+        quantize_block_avx512(values, codes, scale, scaled_sum);
+        return;
+    }
+#endif
+    quantize_block(values, codes, scale, scaled_sum);
+}
+
+void quantize_activations(const float* x, int64_t num_tokens, int64_t cols,
+                          QuantizedActivations& out) {
+    resize_activations(out, num_tokens, cols);
+    const int64_t blocks = num_tokens * cols / kBlock;
 #ifdef SERVELAB_X86
     const bool simd = cpu_has_avx512_vnni();
 #else

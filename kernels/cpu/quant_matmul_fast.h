@@ -43,6 +43,13 @@ struct QuantizedActivations {
 void quantize_activations(const float* x, int64_t num_tokens, int64_t cols,
                           QuantizedActivations& out);
 
+// Sizes `out` for num_tokens × cols (cols a multiple of 32; buffers only grow).
+void resize_activations(QuantizedActivations& out, int64_t num_tokens, int64_t cols);
+// One block of 32 values → its codes, d_x and d_x·Σc, exactly as
+// quantize_activations does it: for fused kernels that quantize values they
+// have just produced (kernels/cpu/fused_rmsnorm_quantize.h).
+void quantize_activation_block(const float* values, int8_t* codes, float* scale, float* scaled_sum);
+
 // Whether quant_matmul_fast has an integer kernel for `type` (Q4_0, Q4_1, Q8_0).
 bool has_fast_kernel(GgmlType type);
 

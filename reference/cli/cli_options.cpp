@@ -28,6 +28,14 @@ void ModelOptions::add_to(CLI::App& command) {
                     "faster) or 'exact' (fp32 activations, the numpy oracle's numbers)")
         ->check(CLI::IsMember({"exact", "fast"}))
         ->capture_default_str();
+    // A process-wide switch, set while the flags are parsed: every runner a
+    // command builds afterwards (one per tensor-parallel rank too) reads it,
+    // so no command has to pass it along (reference/engine/fusion_plan.h).
+    command.add_flag_callback(
+        "--no-fused-kernels", [] { set_fused_kernels_requested(false); },
+        "run the plain kernels instead of the fused ones (RMSNorm with quantization, "
+        "residual add with RMSNorm, RoPE and SwiGLU in their matmuls; docs/kernel_fusion.md): "
+        "the same numbers, for timing one against the other");
 }
 
 MatmulMode ModelOptions::matmul_mode() const {
@@ -48,6 +56,7 @@ Model ModelOptions::load() const {
     model.weights.set_matmul_mode(matmul_mode());
     const double load_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    spdlog::info("fused kernels: {}", describe(plan_fusions()));
     spdlog::info("loaded {} ({} layers, dim {}, {} heads / {} kv heads, vocab {}) in {:.0f} ms",
                  model.config.name.empty() ? path : model.config.name, model.config.num_layers,
                  model.config.dim, model.config.num_heads, model.config.num_kv_heads,

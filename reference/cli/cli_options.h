@@ -31,6 +31,8 @@ struct ModelOptions {
     // repacked kernels) or "exact" (fp32 activations, the oracle's numbers).
     // docs/perf.md has the figures that chose the default.
     std::string cpu_kernels = "fast";
+    // --no-fused-kernels has no field: it sets the process-wide request of
+    // reference/engine/fusion_plan.h as it is parsed (docs/kernel_fusion.md).
 
     MatmulMode matmul_mode() const;
 

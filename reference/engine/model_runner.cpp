@@ -7,6 +7,10 @@
 #include <memory>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/fused_add_rmsnorm.h"
+#include "kernels/cpu/fused_gate_up_swiglu.h"
+#include "kernels/cpu/fused_qkv_rope.h"
+#include "kernels/cpu/fused_rmsnorm_quantize.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/paged_flash_attention.h"
 #include "kernels/cpu/residual.h"
@@ -16,6 +20,7 @@
 #include "reference/attention/cached_attention.h"
 #include "reference/attention/mla_attention.h"
 #include "reference/common/error.h"
+#include "reference/common/exercise_files.h"
 #include "reference/parallel/parallel_linear.h"
 #include "reference/speculative/verify_drafts.h"
 
@@ -39,6 +44,14 @@ ModelRunner::ModelRunner(const ModelConfig& config, const ModelWeights& weights,
     if (config.is_mla() && shard.num_ranks > 1) {
         throw Error("tensor parallel: MLA models cannot be split");
     }
+}
+
+void ModelRunner::set_fusions(const FusionPlan& wanted) {
+    const FusionPlan allowed = plan_fusions(true, reference_exercise_file_linked);
+    fusions_ = {.rmsnorm_quantize = wanted.rmsnorm_quantize && allowed.rmsnorm_quantize,
+                .add_rmsnorm = wanted.add_rmsnorm && allowed.add_rmsnorm,
+                .rope_in_qkv = wanted.rope_in_qkv && allowed.rope_in_qkv,
+                .swiglu_in_gate_up = wanted.swiglu_in_gate_up && allowed.swiglu_in_gate_up};
 }
 
 void ModelRunner::check_step(const StepInput& step) const {
@@ -231,6 +244,8 @@ std::span<const float> ModelRunner::run_layers(std::span<const SequenceChunk> ch
         }
     }
     vocab_parallel_embedding(step_tokens_, weights_.token_embedding, shard_, x_.data(), comm());
+    residual_pending_ = false;
+    rope_table_filled_ = false;
 
     // MLA attends through its latent cache even in naive decoding: without a
     // cache the step gets a scratch one holding just this step's tokens,
@@ -249,6 +264,7 @@ std::span<const float> ModelRunner::run_layers(std::span<const SequenceChunk> ch
         }
         mlp_block(weights_.layers[size_t(layer)], num_tokens);
     }
+    flush_residual();
     if (kv.contiguous != nullptr) kv.contiguous->commit(num_tokens);
     return logits_of(chunks);
 }
@@ -276,28 +292,89 @@ std::span<const float> ModelRunner::logits_of(std::span<const SequenceChunk> chu
     return std::span(logits_).first(num_logits);
 }
 
+// h = rmsnorm(x) with the sub-block's `norm`, the input of its first
+// matmuls (`readers`): as int8 blocks in activations_ where every reader
+// takes them and rmsnorm_quantize is on (returns true; the readers then
+// skip their own quantization), else as fp32 rows in normed_ (false). A
+// residual the previous sub-block left pending is added to x_ in the same pass.
+bool ModelRunner::block_input(const std::vector<float>& norm,
+                              std::span<const WeightMatrix* const> readers) {
+    const int64_t num_tokens = int64_t(positions_.size());
+    const int64_t dim = config_.dim;
+    const float eps = config_.rms_norm_eps;
+    bool quantized = fusions_.rmsnorm_quantize && !readers.empty();
+    for (const WeightMatrix* m : readers) {
+        quantized = quantized && m->takes_quantized_input() && m->cols() == dim;
+    }
+    const bool add = residual_pending_;
+    residual_pending_ = false;
+    if (add && quantized) {
+        add_rmsnorm_quantize_rows(x_.data(), delta_.data(), norm.data(), num_tokens, dim, eps,
+                                  activations_);
+    } else if (add) {
+        add_rmsnorm_rows(x_.data(), delta_.data(), norm.data(), normed_.data(), num_tokens, dim,
+                         eps);
+    } else if (quantized) {
+        rmsnorm_quantize_rows(x_.data(), norm.data(), num_tokens, dim, eps, activations_);
+    } else {
+        rmsnorm_rows(x_.data(), norm.data(), normed_.data(), num_tokens, dim, eps);
+    }
+    return quantized;
+}
+
+// x += delta_, the sub-block's output: now, or (add_rmsnorm) in the next
+// block_input's pass over x.
+void ModelRunner::add_residual() {
+    if (fusions_.add_rmsnorm) {
+        residual_pending_ = true;
+    } else {
+        add_inplace(x_.data(), delta_.data(), int64_t(positions_.size()) * config_.dim);
+    }
+}
+
+// The pending residual, where no norm follows (after the last layer).
+void ModelRunner::flush_residual() {
+    if (!residual_pending_) return;
+    add_inplace(x_.data(), delta_.data(), int64_t(positions_.size()) * config_.dim);
+    residual_pending_ = false;
+}
+
 void ModelRunner::attention_block(int64_t layer_index, std::span<const SequenceChunk> chunks,
                                   KvTarget kv) {
     const LayerWeights& layer = weights_.layers[size_t(layer_index)];
     const int64_t num_tokens = int64_t(positions_.size());
-    const int64_t dim = config_.dim;
-    rmsnorm_rows(x_.data(), layer.attn_norm.data(), normed_.data(), num_tokens, dim,
-                 config_.rms_norm_eps);
     // Column-parallel: this rank's heads (all of them when not split). A
     // whole model runs the three as one pass over the normed activations.
-    if (shard_.num_ranks == 1) {
-        const WeightMatrix* qkv[] = {&layer.wq, &layer.wk, &layer.wv};
-        float* outputs[] = {q_.data(), k_.data(), v_.data()};
-        multiply_same_input(qkv, normed_.data(), outputs, num_tokens);
-    } else {
-        column_parallel_linear(normed_.data(), layer.wq, q_.data(), num_tokens);
-        column_parallel_linear(normed_.data(), layer.wk, k_.data(), num_tokens);
-        column_parallel_linear(normed_.data(), layer.wv, v_.data(), num_tokens);
-    }
-
+    const bool whole = shard_.num_ranks == 1;
+    const WeightMatrix* qkv[] = {&layer.wq, &layer.wk, &layer.wv};
+    float* outputs[] = {q_.data(), k_.data(), v_.data()};
+    const bool quantized =
+        block_input(layer.attn_norm, whole ? std::span(qkv) : std::span<const WeightMatrix*>());
     const RopeParams rope{config_.head_dim, config_.rope_dim, config_.rope_freq_base};
-    rope_apply_rows(q_.data(), positions_.data(), num_tokens, config_.num_heads, rope);
-    rope_apply_rows(k_.data(), positions_.data(), num_tokens, config_.num_kv_heads, rope);
+    const bool repacked =
+        layer.wq.is_repacked() && layer.wk.is_repacked() && layer.wv.is_repacked();
+    if (quantized && repacked && fusions_.rope_in_qkv) {
+        // RoPE in the epilogue: q and k are rotated as their rows are computed.
+        // The angles depend on the position only: once per step, for every layer.
+        if (!rope_table_filled_) {
+            fill_rope_table(positions_.data(), num_tokens, rope, rope_table_);
+            rope_table_filled_ = true;
+        }
+        qkv_matmul_rope(activations_, layer.wq.repacked(), layer.wk.repacked(), layer.wv.repacked(),
+                        q_.data(), k_.data(), v_.data(), rope, rope_table_);
+    } else {
+        if (quantized) {
+            multiply_same_input_quantized(qkv, activations_, outputs);
+        } else if (whole) {
+            multiply_same_input(qkv, normed_.data(), outputs, num_tokens);
+        } else {
+            column_parallel_linear(normed_.data(), layer.wq, q_.data(), num_tokens);
+            column_parallel_linear(normed_.data(), layer.wk, k_.data(), num_tokens);
+            column_parallel_linear(normed_.data(), layer.wv, v_.data(), num_tokens);
+        }
+        rope_apply_rows(q_.data(), positions_.data(), num_tokens, config_.num_heads, rope);
+        rope_apply_rows(k_.data(), positions_.data(), num_tokens, config_.num_kv_heads, rope);
+    }
 
     // Everything above ran over the whole step at once; attention is per
     // sequence, each over its own cached tokens.
@@ -309,7 +386,7 @@ void ModelRunner::attention_block(int64_t layer_index, std::span<const SequenceC
 
     // Row-parallel: this rank's heads' share of the output, summed over ranks.
     row_parallel_linear(attn_out_.data(), layer.wo, delta_.data(), num_tokens, comm());
-    add_inplace(x_.data(), delta_.data(), num_tokens * dim);
+    add_residual();
 }
 
 void ModelRunner::attend_chunk(int64_t layer_index, const SequenceChunk& chunk, int64_t row,
@@ -349,8 +426,7 @@ void ModelRunner::mla_attention_block(int64_t layer_index, const StepInput& step
     const LayerWeights& layer = weights_.layers[size_t(layer_index)];
     const ModelConfig& c = config_;
     const int64_t num_tokens = int64_t(step.tokens.size());
-    rmsnorm_rows(x_.data(), layer.attn_norm.data(), normed_.data(), num_tokens, c.dim,
-                 c.rms_norm_eps);
+    block_input(layer.attn_norm, {});  // fp32 rows: MLA's matmuls read floats
 
     // Queries, optionally through the low-rank bottleneck (q_lora_rank > 0).
     if (c.q_lora_rank > 0) {
@@ -393,27 +469,36 @@ void ModelRunner::mla_attention_block(int64_t layer_index, const StepInput& step
            layer.wkv_b.data(), attn_out_.data(), shape);
 
     layer.wo.multiply(attn_out_.data(), delta_.data(), num_tokens);
-    add_inplace(x_.data(), delta_.data(), num_tokens * c.dim);
+    add_residual();
 }
 
 void ModelRunner::mlp_block(const LayerWeights& layer, int64_t num_tokens) {
-    const int64_t dim = config_.dim;
     const int64_t ffn_dim = config_.ffn_dim;
-    rmsnorm_rows(x_.data(), layer.ffn_norm.data(), normed_.data(), num_tokens, dim,
-                 config_.rms_norm_eps);
     // gate and up column-parallel over this rank's ffn features; SwiGLU is
     // element-wise, so it needs no other rank's; down row-parallel.
-    if (shard_.num_ranks == 1) {  // one pass over the normed activations, as for Q, K, V
-        const WeightMatrix* gate_up[] = {&layer.w_gate, &layer.w_up};
-        float* outputs[] = {gate_.data(), up_.data()};
-        multiply_same_input(gate_up, normed_.data(), outputs, num_tokens);
+    const bool whole = shard_.num_ranks == 1;
+    const WeightMatrix* gate_up[] = {&layer.w_gate, &layer.w_up};
+    float* outputs[] = {gate_.data(), up_.data()};
+    const bool quantized =
+        block_input(layer.ffn_norm, whole ? std::span(gate_up) : std::span<const WeightMatrix*>());
+    if (quantized && layer.w_gate.is_repacked() && layer.w_up.is_repacked() &&
+        fusions_.swiglu_in_gate_up) {
+        // silu(gate)·up in the epilogue: the gate and up outputs never reach memory.
+        gate_up_matmul_swiglu(activations_, layer.w_gate.repacked(), layer.w_up.repacked(),
+                              gate_.data());
     } else {
-        column_parallel_linear(normed_.data(), layer.w_gate, gate_.data(), num_tokens);
-        column_parallel_linear(normed_.data(), layer.w_up, up_.data(), num_tokens);
+        if (quantized) {
+            multiply_same_input_quantized(gate_up, activations_, outputs);
+        } else if (whole) {  // one pass over the normed activations, as for Q, K, V
+            multiply_same_input(gate_up, normed_.data(), outputs, num_tokens);
+        } else {
+            column_parallel_linear(normed_.data(), layer.w_gate, gate_.data(), num_tokens);
+            column_parallel_linear(normed_.data(), layer.w_up, up_.data(), num_tokens);
+        }
+        swiglu(gate_.data(), up_.data(), gate_.data(), num_tokens * ffn_dim);
     }
-    swiglu(gate_.data(), up_.data(), gate_.data(), num_tokens * ffn_dim);
     row_parallel_linear(gate_.data(), layer.w_down, delta_.data(), num_tokens, comm());
-    add_inplace(x_.data(), delta_.data(), num_tokens * dim);
+    add_residual();
 }
 
 }  // namespace servelab

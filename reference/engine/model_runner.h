@@ -28,6 +28,12 @@
 // (reference/parallel/parallel_linear.h). A whole model is the case N = 1,
 // with a communicator whose collectives do nothing.
 //
+// Kernel fusion (chapter 11.7, docs/kernel_fusion.md): where the plan
+// allows (reference/engine/fusion_plan.h) the walk is the same with four
+// pairs of kernels merged: x += delta with the next rmsnorm, rmsnorm with
+// fast mode's activation quantization, RoPE into the Q/K/V matmul and
+// silu(gate)·up into the gate/up matmul. The logits are the same bits.
+//
 // MLA models (deepseek2, Lab 3) replace the q/k/v projections with
 // mla_attention_block: queries as before, but the layer caches only the
 // latent c_kv and the shared RoPE key k_pe (reference/attention/mla_attention.h).
@@ -37,6 +43,9 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/fused_qkv_rope.h"
+#include "kernels/cpu/quant_matmul_fast.h"
+#include "reference/engine/fusion_plan.h"
 #include "reference/engine/step_input.h"
 #include "reference/engine/step_runner.h"
 #include "reference/kv/block_table.h"
@@ -100,6 +109,11 @@ class ModelRunner : public StepRunner {
     StepResult run_step(const StepBatch& batch, PagedKvCache& cache) override;
 
     const TensorParallelShard& shard() const { return shard_; }
+    // The fused kernels this runner uses: plan_fusions() when it was built.
+    const FusionPlan& fusions() const { return fusions_; }
+    // Tests and benchmarks compare the paths. A fusion whose reference
+    // kernel is not linked stays off whatever is asked.
+    void set_fusions(const FusionPlan& wanted);
     // What this rank's collectives moved so far (the cost model's counters).
     const CommStats& comm_stats() const { return comm_ ? comm_->stats() : solo_.stats(); }
 
@@ -123,6 +137,9 @@ class ModelRunner : public StepRunner {
     std::span<const float> logits_of(std::span<const SequenceChunk> chunks);
     void mla_attention_block(int64_t layer_index, const StepInput& step, KvCache& cache);
     void mlp_block(const LayerWeights& layer, int64_t num_tokens);
+    bool block_input(const std::vector<float>& norm, std::span<const WeightMatrix* const> readers);
+    void add_residual();
+    void flush_residual();
     void share_rank0_tokens(StepResult& result);
 
     const ModelConfig& config_;
@@ -135,6 +152,10 @@ class ModelRunner : public StepRunner {
     Communicator* comm_ = nullptr;  // a split model's group; null: solo_
     int64_t num_tokens_computed_ = 0;
     int64_t num_logit_rows_computed_ = 0;
+    FusionPlan fusions_ = plan_fusions();
+    // True between a sub-block's end and the next block_input when
+    // add_rmsnorm is on: x_ still lacks delta_, which the next norm adds.
+    bool residual_pending_ = false;
 
     // Activations of the current step, sized for num_tokens (T) on demand
     // (llama2.c's RunState, one step at a time). They only grow, so once the
@@ -146,13 +167,17 @@ class ModelRunner : public StepRunner {
     std::vector<float> v_;              // (T, num_kv_heads, head_dim)
     std::vector<float> attn_out_;       // (T, num_heads, head_dim)
     std::vector<float> delta_;          // (T, dim) output of a sub-block, added to x
-    std::vector<float> gate_;           // (T, ffn_dim)
+    std::vector<float> gate_;           // (T, ffn_dim) gate, then silu(gate) * up
     std::vector<float> up_;             // (T, ffn_dim)
     std::vector<int64_t> positions_;    // (T)
     std::vector<TokenId> step_tokens_;  // (T) every chunk's tokens, in row order
     std::vector<float> logits_;         // (rows, vocab) the step's logits
     std::vector<float> sample_row_;     // (vocab) run_step's copy of the row a sample reads
     std::vector<size_t> rows_end_;      // run_step: where each chunk's logits rows end
+    // Fused kernels only.
+    QuantizedActivations activations_;  // (T, dim) int8 blocks of rmsnorm(x), fast mode
+    RopeTable rope_table_;              // (T, rope_dim / 2) cos and sin of this step's angles
+    bool rope_table_filled_ = false;    // rope_table_ holds this step's positions
     // MLA only.
     std::vector<float> q_a_;     // (T, q_lora_rank) the query bottleneck
     std::vector<float> q_nope_;  // (T, num_heads, qk_nope_dim)

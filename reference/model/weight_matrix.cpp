@@ -67,21 +67,34 @@ void WeightMatrix::multiply(const float* x, float* y, int64_t num_tokens) const 
         matmul(x, values_.data(), y, num_tokens, cols_, rows_);
         return;
     }
-    const QuantMatrix view{type_, blocks_.data(), rows_, cols_, row_size_bytes(type_, cols_)};
-    if (mode_ == MatmulMode::kFast && has_fast_kernel(type_)) {
+    if (takes_quantized_input()) {
         // One buffer per thread (each tensor-parallel rank is a thread),
         // sized by the first, largest step and reused: steady decoding
         // allocates nothing here.
         thread_local QuantizedActivations activations;
         quantize_activations(x, num_tokens, cols_, activations);
-        if (is_repacked()) {
-            quant_matmul_repacked(activations, {type_, repacked_.data(), rows_, cols_}, y);
-        } else {
-            quant_matmul_fast(activations, view, y);
-        }
+        multiply_quantized(activations, y);
         return;
     }
-    quant_matmul(x, view, y, num_tokens);
+    quant_matmul(x, {type_, blocks_.data(), rows_, cols_, row_size_bytes(type_, cols_)}, y,
+                 num_tokens);
+}
+
+bool WeightMatrix::takes_quantized_input() const {
+    return mode_ == MatmulMode::kFast && type_ != GgmlType::kF32 && has_fast_kernel(type_);
+}
+
+void WeightMatrix::multiply_quantized(const QuantizedActivations& x, float* y) const {
+    if (!takes_quantized_input() || x.cols != cols_) {
+        throw Error(
+            "weight matrix: int8 activations need fast mode, an integer kernel and x.cols == cols");
+    }
+    if (is_repacked()) {
+        quant_matmul_repacked(x, repacked(), y);
+    } else {
+        quant_matmul_fast(x, {type_, blocks_.data(), rows_, cols_, row_size_bytes(type_, cols_)},
+                          y);
+    }
 }
 
 void multiply_same_input(std::span<const WeightMatrix* const> matrices, const float* x,
@@ -98,11 +111,29 @@ void multiply_same_input(std::span<const WeightMatrix* const> matrices, const fl
         for (size_t i = 0; i < matrices.size(); ++i) matrices[i]->multiply(x, ys[i], num_tokens);
         return;
     }
-    // This thread's buffer; the workers read it through this reference (a
-    // thread_local named inside the region would be each worker's own).
-    thread_local QuantizedActivations activations_scratch;
-    const QuantizedActivations& activations = activations_scratch;
-    quantize_activations(x, num_tokens, matrices[0]->cols(), activations_scratch);
+    thread_local QuantizedActivations activations;
+    quantize_activations(x, num_tokens, matrices[0]->cols(), activations);
+    multiply_same_input_quantized(matrices, activations, ys);
+}
+
+void multiply_same_input_quantized(std::span<const WeightMatrix* const> matrices,
+                                   const QuantizedActivations& activations,
+                                   std::span<float* const> ys) {
+    if (matrices.size() != ys.size()) {
+        throw Error("multiply_same_input: one output per matrix");
+    }
+    bool one_region = !matrices.empty();
+    for (const WeightMatrix* m : matrices) {
+        if (!m->takes_quantized_input() || m->cols() != activations.cols) {
+            throw Error("multiply_same_input_quantized: every matrix must take these int8 blocks");
+        }
+        one_region = one_region && m->is_repacked();
+    }
+    if (!one_region) {
+        for (size_t i = 0; i < matrices.size(); ++i)
+            matrices[i]->multiply_quantized(activations, ys[i]);
+        return;
+    }
     int64_t total_groups = 0;
     for (const WeightMatrix* m : matrices) total_groups += m->rows() / kRepackRows;
 #pragma omp parallel

@@ -59,6 +59,14 @@ class WeightMatrix {
 
     // y (num_tokens, rows) = x (num_tokens, cols) · Wᵀ, by mode().
     void multiply(const float* x, float* y, int64_t num_tokens) const;
+    // Whether multiply quantizes x to int8 blocks first (fast mode, a format
+    // with an integer kernel): then a caller that already has the blocks
+    // may pass them to multiply_quantized instead (chapter 11.7, kernel
+    // fusion: kernels/cpu/fused_rmsnorm_quantize.h).
+    bool takes_quantized_input() const;
+    // y (x.num_tokens, rows) = x · Wᵀ, the same numbers multiply gives for
+    // the floats x was quantized from. Throws unless takes_quantized_input().
+    void multiply_quantized(const QuantizedActivations& x, float* y) const;
     // Rows [first, first + count) as floats into out (count × cols): an
     // embedding lookup, or a copy for a device.
     void rows_as_floats(int64_t first, int64_t count, float* out) const;
@@ -86,5 +94,9 @@ class WeightMatrix {
 // which gives the same numbers.
 void multiply_same_input(std::span<const WeightMatrix* const> matrices, const float* x,
                          std::span<float* const> ys, int64_t num_tokens);
+// The same for activations already quantized (every matrix must
+// takes_quantized_input()): one parallel region where all are repacked.
+void multiply_same_input_quantized(std::span<const WeightMatrix* const> matrices,
+                                   const QuantizedActivations& x, std::span<float* const> ys);
 
 }  // namespace servelab

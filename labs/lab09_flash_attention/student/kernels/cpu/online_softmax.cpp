@@ -14,10 +14,10 @@ namespace servelab {
 
 void online_softmax_update(float* scores, int64_t num_scores, float& max, float& sum, float* out,
                            int64_t head_dim) {
-    // TODO(lab09): the tile's max first; a tile of only −inf scores must set every weight to 0 and return
-    // TODO(lab09): m' = max(max, tile max); everything summed so far is exp(max − m') too large: rescale
-    // TODO(lab09): sum and out by it (it is 0 at the first tile, when max is −inf)
-    // TODO(lab09): weights exp(s − m') with exp_in_place (attention_tiles.h); add them to the sum
+    // TODO(lab09): the tile's max first (max_of); a tile of only −inf scores must set every weight to 0
+    // TODO(lab09): and return. m' = max(max, tile max); when m' > max, everything summed so far is
+    // TODO(lab09): exp(max − m') too large: rescale sum and out by it (0 at the first tile, max = −inf)
+    // TODO(lab09): weights exp(s − m') with exp_in_place (attention_tiles.h), which returns their sum
     throw NotImplemented("lab09: online_softmax_update");
 }
 
