@@ -35,8 +35,8 @@ void flash_decoding(std::span<const AttentionGroup> groups, int64_t keys_per_ran
     }
     // TODO(lab09): one parallel_for item per (group, range): reset partials[item], attend_key_range over
     // TODO(lab09): [range · keys_per_range, (range + 1) · keys_per_range)
-    // TODO(lab09): then per group, a fresh running state, every range merged in order 0, 1, ... (the
-    // TODO(lab09): order prefill uses: the same bits), and write_normalized into the group's out
+    // TODO(lab09): then (on this thread: it is little work) per group, a fresh running state, every range
+    // TODO(lab09): merged in order 0, 1, ... (the order prefill uses: the same bits), and write_normalized
     throw NotImplemented("lab09: flash_decoding");
 }
 
