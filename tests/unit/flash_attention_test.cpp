@@ -415,28 +415,34 @@ TEST(FlashAttentionPrefill, ARowThatSeesNoKeyOfARangeKeepsAnEmptyState) {
         << "the row that sees keys 16 .. 31 must have taken them";
 }
 
+// The engine's kernel against paged_attention on a random SmolLM2-shaped
+// pool (9 heads, 3 KV heads of 64) with its blocks in reverse order: the
+// worst absolute difference.
+double engine_kernel_error(RandomSource& rng, int64_t queries, int64_t num_keys) {
+    const int64_t heads = 9, kv_heads = 3, head_dim = 64, block_size = 16;
+    const int64_t blocks = (num_keys + block_size - 1) / block_size;
+    std::vector<int32_t> table(static_cast<size_t>(blocks));
+    std::iota(table.begin(), table.end(), 0);
+    std::reverse(table.begin(), table.end());
+    const size_t pool = size_t(blocks * block_size * kv_heads * head_dim);
+    const std::vector<float> keys = rng.normal(pool, 2.0f), values = rng.normal(pool);
+    const std::vector<float> q = rng.normal(size_t(queries * heads * head_dim));
+    std::vector<float> want(q.size(), NAN), got(q.size(), NAN);
+    const AttentionShape shape{queries, num_keys, heads, kv_heads, head_dim};
+    paged_attention(q.data(), keys.data(), values.data(), table.data(), block_size, want.data(),
+                    shape);
+    paged_flash_attention(q.data(), keys.data(), values.data(), table.data(), block_size,
+                          got.data(), shape);
+    return worst_error(got, want);
+}
+
 TEST(FlashAttentionPrefill, TheEnginesKernelEqualsPagedAttentionOnAPrefill) {
     // paged_flash_attention lays out query tiles and takes the prefill path
     // for more than kQueriesPerTile queries.
     RandomSource rng;
     for (const auto& [queries, cached] :
          {std::pair<int64_t, int64_t>{37, 0}, {kQueriesPerTile + 1, 300}, {64, 1000}}) {
-        const int64_t heads = 9, kv_heads = 3, head_dim = 64, block_size = 16;
-        const int64_t num_keys = queries + cached;
-        const int64_t blocks = (num_keys + block_size - 1) / block_size;
-        std::vector<int32_t> table(static_cast<size_t>(blocks));
-        std::iota(table.begin(), table.end(), 0);
-        std::reverse(table.begin(), table.end());
-        const size_t pool = size_t(blocks * block_size * kv_heads * head_dim);
-        const std::vector<float> keys = rng.normal(pool, 2.0f), values = rng.normal(pool);
-        const std::vector<float> q = rng.normal(size_t(queries * heads * head_dim));
-        std::vector<float> want(q.size(), NAN), got(q.size(), NAN);
-        const AttentionShape shape{queries, num_keys, heads, kv_heads, head_dim};
-        paged_attention(q.data(), keys.data(), values.data(), table.data(), block_size, want.data(),
-                        shape);
-        paged_flash_attention(q.data(), keys.data(), values.data(), table.data(), block_size,
-                              got.data(), shape);
-        ASSERT_LT(worst_error(got, want), 3e-5)
+        ASSERT_LT(engine_kernel_error(rng, queries, queries + cached), 3e-5)
             << queries << " queries after " << cached << " cached keys; " << rng.trace();
     }
 }
@@ -500,21 +506,7 @@ TEST(FlashDecoding, TheEnginesKernelEqualsPagedAttentionOnADecodeStep) {
     RandomSource rng;
     for (const int64_t num_keys : {1, 17, 128, 129, 3000}) {
         for (const int64_t queries : {int64_t(1), std::min<int64_t>(num_keys, 5)}) {
-            const int64_t heads = 9, kv_heads = 3, head_dim = 64, block_size = 16;
-            const int64_t blocks = (num_keys + block_size - 1) / block_size;
-            std::vector<int32_t> table(static_cast<size_t>(blocks));
-            std::iota(table.begin(), table.end(), 0);
-            std::reverse(table.begin(), table.end());
-            const size_t pool = size_t(blocks * block_size * kv_heads * head_dim);
-            const std::vector<float> keys = rng.normal(pool, 2.0f), values = rng.normal(pool);
-            const std::vector<float> q = rng.normal(size_t(queries * heads * head_dim));
-            std::vector<float> want(q.size(), NAN), got(q.size(), NAN);
-            const AttentionShape shape{queries, num_keys, heads, kv_heads, head_dim};
-            paged_attention(q.data(), keys.data(), values.data(), table.data(), block_size,
-                            want.data(), shape);
-            paged_flash_attention(q.data(), keys.data(), values.data(), table.data(), block_size,
-                                  got.data(), shape);
-            ASSERT_LT(worst_error(got, want), 3e-5)
+            ASSERT_LT(engine_kernel_error(rng, queries, num_keys), 3e-5)
                 << queries << " queries over " << num_keys << " keys; " << rng.trace();
         }
     }
