@@ -18,11 +18,11 @@ void attend_key_range(const QueryRows& rows, const KvRows& kv, int64_t begin, in
     scores.resize(size_t(rows.num_rows * kKeyTile));
     live.resize(size_t(rows.num_rows));
     // BEGIN SOLUTION lab09 (attend_key_range)
-    // HINT: no row sees past the largest visible[r]: stop there (the tiles above the diagonal)
-    // HINT: per tile of n <= kKeyTile keys from j0: tile_scores, then for each row
-    // HINT: live[r] = how many of keys j0 .. j0 + n − 1 row r sees (clamp to [0, n]);
-    // HINT: set scores r · kKeyTile + live[r] .. (r + 1) · kKeyTile to −inf, then
-    // HINT: online_softmax_update the row's kKeyTile scores; last, tile_accumulate the weights
+    // HINT: no row sees past the largest visible[r]: stop there (tiles above the diagonal).
+    // HINT: Per tile of n <= kKeyTile keys from j0: tile_scores; then for each row r,
+    // HINT: live[r] = how many of keys j0 .. j0 + n − 1 row r sees (clamp to [0, n]), its
+    // HINT: scores from live[r] to kKeyTile set to −inf, and online_softmax_update on its
+    // HINT: kKeyTile scores. Last, tile_accumulate the weights.
     int64_t last_visible = 0;
     for (int64_t r = 0; r < rows.num_rows; ++r) {
         last_visible = std::max(last_visible, rows.visible[r]);
@@ -50,8 +50,9 @@ void flash_attention_prefill(const AttentionGroup& group) {
     thread_local SoftmaxRows running, range;  // this thread's, reused across calls
     running.reset(rows.num_rows, head_dim);
     // BEGIN SOLUTION lab09 (flash_attention_prefill)
-    // HINT: ranges [0, kKeysPerRange), [kKeysPerRange, 2 · kKeysPerRange), ... up to the largest
-    // HINT: visible[r]; each from a fresh state (range.reset), then merged row by row into running
+    // HINT: ranges [0, kKeysPerRange), [kKeysPerRange, 2 · kKeysPerRange), ... up to the
+    // HINT: largest visible[r], each from a fresh state (range.reset), then merged row by
+    // HINT: row into running.
     int64_t last_visible = 0;
     for (int64_t r = 0; r < rows.num_rows; ++r) {
         last_visible = std::max(last_visible, rows.visible[r]);

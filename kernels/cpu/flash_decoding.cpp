@@ -31,10 +31,11 @@ void flash_decoding(std::span<const AttentionGroup> groups, int64_t keys_per_ran
         partials.resize(size_t(num_groups * num_ranges));
     }
     // BEGIN SOLUTION lab09 (flash_decoding)
-    // HINT: one parallel_for item per (group, range): reset partials[item], attend_key_range over
-    // HINT: [range · keys_per_range, (range + 1) · keys_per_range)
-    // HINT: then (on this thread: it is little work) per group, a fresh running state, every range
-    // HINT: merged in order 0, 1, ... (the order prefill uses: the same bits), and write_normalized
+    // HINT: one parallel_for item per (group, range): reset partials[item], then
+    // HINT: attend_key_range over [range · keys_per_range, (range + 1) · keys_per_range).
+    // HINT: Then, on this thread (it is little work), per group: a fresh running state,
+    // HINT: every range merged in order 0, 1, ... (prefill's order: the same bits), and
+    // HINT: write_normalized.
     parallel_for(num_groups * num_ranges, [&](int64_t item) {
         const AttentionGroup& group = groups[size_t(item / num_ranges)];
         const int64_t begin = (item % num_ranges) * keys_per_range;

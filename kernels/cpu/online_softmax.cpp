@@ -12,10 +12,11 @@ namespace servelab {
 void online_softmax_update(float* scores, int64_t num_scores, float& max, float& sum, float* out,
                            int64_t head_dim) {
     // BEGIN SOLUTION lab09 (online_softmax_update)
-    // HINT: the tile's max first (max_of); a tile of only −inf scores must set every weight to 0
-    // HINT: and return. m' = max(max, tile max); when m' > max, everything summed so far is
-    // HINT: exp(max − m') too large: rescale sum and out by it (0 at the first tile, max = −inf)
-    // HINT: weights exp(s − m') with exp_in_place (attention_tiles.h), which returns their sum
+    // HINT: the tile's max first (max_of); a tile of only −inf scores must set every weight
+    // HINT: to 0 and return. m' = max(max, tile max); when m' > max, everything summed so
+    // HINT: far is exp(max − m') too large: rescale sum and out by it (0 at the first tile,
+    // HINT: when max = −inf). Weights exp(s − m') with exp_in_place (attention_tiles.h),
+    // HINT: which returns their sum.
     const float tile_max = max_of(scores, num_scores);
     if (tile_max == -std::numeric_limits<float>::infinity()) {
         std::fill(scores, scores + num_scores, 0.0f);
@@ -38,8 +39,8 @@ void online_softmax_update(float* scores, int64_t num_scores, float& max, float&
 void merge_softmax_partial(float& max, float& sum, float* out, float part_max, float part_sum,
                            const float* part_out, int64_t head_dim) {
     // BEGIN SOLUTION lab09 (merge_softmax_partial)
-    // HINT: a partial with part_max = −inf saw no key: nothing to add
-    // HINT: both sides were summed against their own max: bring both to M = max(max, part_max)
+    // HINT: a partial with part_max = −inf saw no key: nothing to add. Both sides were
+    // HINT: summed against their own max: bring both to M = max(max, part_max).
     if (part_max == -std::numeric_limits<float>::infinity()) return;
     const float new_max = std::max(max, part_max);
     const float running_scale = std::exp(max - new_max);  // 0 while the running side is empty

@@ -406,8 +406,9 @@ void ModelRunner::attend_chunk(int64_t layer_index, const SequenceChunk& chunk, 
         kv.paged->write(layer_index, *chunk.table, step.start_position, k, v, num_tokens);
         const AttentionShape shape{num_tokens, step.start_position + num_tokens, config_.num_heads,
                                    config_.num_kv_heads, config_.head_dim};
-        // The split, online-softmax kernel: every thread busy even for one
-        // query, and each query computed the same whatever shares its step.
+        // FlashAttention's tiles for prefill, the key split for decode (Lab 9):
+        // every thread busy even for one query, and each query computed the
+        // same whatever shares its step.
         paged_flash_attention(q, kv.paged->keys(layer_index), kv.paged->values(layer_index),
                               chunk.table->blocks().data(), kv.paged->block_size(), out, shape);
     } else {

@@ -20,11 +20,11 @@ void attend_key_range(const QueryRows& rows, const KvRows& kv, int64_t begin, in
     thread_local std::vector<int64_t> live;
     scores.resize(size_t(rows.num_rows * kKeyTile));
     live.resize(size_t(rows.num_rows));
-    // TODO(lab09): no row sees past the largest visible[r]: stop there (the tiles above the diagonal)
-    // TODO(lab09): per tile of n <= kKeyTile keys from j0: tile_scores, then for each row
-    // TODO(lab09): live[r] = how many of keys j0 .. j0 + n − 1 row r sees (clamp to [0, n]);
-    // TODO(lab09): set scores r · kKeyTile + live[r] .. (r + 1) · kKeyTile to −inf, then
-    // TODO(lab09): online_softmax_update the row's kKeyTile scores; last, tile_accumulate the weights
+    // TODO(lab09): no row sees past the largest visible[r]: stop there (tiles above the diagonal).
+    // TODO(lab09): Per tile of n <= kKeyTile keys from j0: tile_scores; then for each row r,
+    // TODO(lab09): live[r] = how many of keys j0 .. j0 + n − 1 row r sees (clamp to [0, n]), its
+    // TODO(lab09): scores from live[r] to kKeyTile set to −inf, and online_softmax_update on its
+    // TODO(lab09): kKeyTile scores. Last, tile_accumulate the weights.
     throw NotImplemented("lab09: attend_key_range");
 }
 
@@ -33,8 +33,9 @@ void flash_attention_prefill(const AttentionGroup& group) {
     const int64_t head_dim = group.kv.head_dim;
     thread_local SoftmaxRows running, range;  // this thread's, reused across calls
     running.reset(rows.num_rows, head_dim);
-    // TODO(lab09): ranges [0, kKeysPerRange), [kKeysPerRange, 2 · kKeysPerRange), ... up to the largest
-    // TODO(lab09): visible[r]; each from a fresh state (range.reset), then merged row by row into running
+    // TODO(lab09): ranges [0, kKeysPerRange), [kKeysPerRange, 2 · kKeysPerRange), ... up to the
+    // TODO(lab09): largest visible[r], each from a fresh state (range.reset), then merged row by
+    // TODO(lab09): row into running.
     throw NotImplemented("lab09: flash_attention_prefill");
     write_normalized(running, rows.num_rows, head_dim, group.out);
 }

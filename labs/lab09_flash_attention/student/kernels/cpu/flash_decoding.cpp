@@ -33,10 +33,11 @@ void flash_decoding(std::span<const AttentionGroup> groups, int64_t keys_per_ran
     if (partials.size() < size_t(num_groups * num_ranges)) {
         partials.resize(size_t(num_groups * num_ranges));
     }
-    // TODO(lab09): one parallel_for item per (group, range): reset partials[item], attend_key_range over
-    // TODO(lab09): [range · keys_per_range, (range + 1) · keys_per_range)
-    // TODO(lab09): then (on this thread: it is little work) per group, a fresh running state, every range
-    // TODO(lab09): merged in order 0, 1, ... (the order prefill uses: the same bits), and write_normalized
+    // TODO(lab09): one parallel_for item per (group, range): reset partials[item], then
+    // TODO(lab09): attend_key_range over [range · keys_per_range, (range + 1) · keys_per_range).
+    // TODO(lab09): Then, on this thread (it is little work), per group: a fresh running state,
+    // TODO(lab09): every range merged in order 0, 1, ... (prefill's order: the same bits), and
+    // TODO(lab09): write_normalized.
     throw NotImplemented("lab09: flash_decoding");
 }
 

@@ -14,17 +14,18 @@ namespace servelab {
 
 void online_softmax_update(float* scores, int64_t num_scores, float& max, float& sum, float* out,
                            int64_t head_dim) {
-    // TODO(lab09): the tile's max first (max_of); a tile of only −inf scores must set every weight to 0
-    // TODO(lab09): and return. m' = max(max, tile max); when m' > max, everything summed so far is
-    // TODO(lab09): exp(max − m') too large: rescale sum and out by it (0 at the first tile, max = −inf)
-    // TODO(lab09): weights exp(s − m') with exp_in_place (attention_tiles.h), which returns their sum
+    // TODO(lab09): the tile's max first (max_of); a tile of only −inf scores must set every weight
+    // TODO(lab09): to 0 and return. m' = max(max, tile max); when m' > max, everything summed so
+    // TODO(lab09): far is exp(max − m') too large: rescale sum and out by it (0 at the first tile,
+    // TODO(lab09): when max = −inf). Weights exp(s − m') with exp_in_place (attention_tiles.h),
+    // TODO(lab09): which returns their sum.
     throw NotImplemented("lab09: online_softmax_update");
 }
 
 void merge_softmax_partial(float& max, float& sum, float* out, float part_max, float part_sum,
                            const float* part_out, int64_t head_dim) {
-    // TODO(lab09): a partial with part_max = −inf saw no key: nothing to add
-    // TODO(lab09): both sides were summed against their own max: bring both to M = max(max, part_max)
+    // TODO(lab09): a partial with part_max = −inf saw no key: nothing to add. Both sides were
+    // TODO(lab09): summed against their own max: bring both to M = max(max, part_max).
     throw NotImplemented("lab09: merge_softmax_partial");
 }
 
