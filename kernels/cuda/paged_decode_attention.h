@@ -53,25 +53,46 @@ void paged_decode_attention_bf16(const __nv_bfloat16* q, const __nv_bfloat16* ke
 
 // ---- fast version: split-K, GQA-aware ----
 
-// Splits to use for contexts up to max_context_len: enough pieces that a
-// batch-1 step fills the GPU, none shorter than a few blocks of keys.
-int64_t paged_decode_num_splits(int64_t max_context_len);
+// No piece is shorter than this many keys (one key tile of the partial
+// kernel; only a context's last piece may be): a shorter piece leaves lanes
+// of its one tile idle while still paying a block's fixed costs — loading
+// the queries, writing the partial result, the merge's extra reads.
+inline constexpr int64_t kDecodeMinPieceTokens = 32;
+// Never more pieces than this: past it more splits only add merge work and
+// workspace, and the pieces grow instead.
+inline constexpr int64_t kDecodeMaxSplits = 64;
+
+// Splits for a decode step of shape.num_seqs sequences with contexts up to
+// shape.max_context_len, on a GPU of num_sms multiprocessors: enough
+// (sequence, KV head, piece) blocks for a few per SM, but never a piece
+// under kDecodeMinPieceTokens of the longest context, and 1..kDecodeMaxSplits.
+// A large batch already fills the GPU with one block per (sequence, KV
+// head) and gets a single piece; batch 1 gets many.
+int64_t paged_decode_num_splits(const PagedDecodeShape& shape, int64_t num_sms);
+// The most splits paged_decode_num_splits gives for contexts up to
+// max_context_len, for any batch and GPU: what a workspace must be sized for.
+int64_t paged_decode_max_splits(int64_t max_context_len);
 // Floats of scratch the split-K kernel needs: per (sequence, query head,
 // split) a partial output (head_dim) plus its running max and sum.
 int64_t paged_decode_workspace_floats(const PagedDecodeShape& shape, int64_t num_splits);
 
 // Same contract as paged_decode_attention_bf16, for any context length, plus:
 // context_lens[s] may be 0 (an unused row of a CUDA graph's fixed batch),
-// which writes zeros. Sequence s's context is divided evenly among the
-// num_splits pieces (ceil(len / num_splits) tokens each; a piece with no
-// tokens contributes nothing). Grid and workspace depend only on shape and
-// num_splits, never on the lengths, so one launch can be captured in a CUDA
-// graph and replayed as the contexts grow. `workspace` holds
-// paged_decode_workspace_floats(shape, num_splits) floats.
+// which writes zeros. Sequence s's context is cut, at run time, into pieces
+// of max(ceil(len / num_splits), min_piece_tokens) keys, so at most
+// num_splits of them; the blocks of splits past the last piece return at
+// once. Grid and workspace depend only on shape and num_splits, never on the
+// lengths, so one launch can be captured in a CUDA graph and replayed as the
+// contexts grow: a graph's num_splits is sized for its longest possible
+// context, and min_piece_tokens keeps a short one from being cut into
+// slivers. Pass kDecodeMinPieceTokens (tests pass 1 to exercise many tiny
+// pieces). `workspace` holds paged_decode_workspace_floats(shape, num_splits)
+// floats.
 void paged_decode_attention_splitk_bf16(const __nv_bfloat16* q, const __nv_bfloat16* key_pool,
                                         const __nv_bfloat16* value_pool,
                                         const int32_t* block_tables, const int32_t* context_lens,
                                         __nv_bfloat16* out, const PagedDecodeShape& shape,
-                                        int64_t num_splits, float* workspace, cudaStream_t stream);
+                                        int64_t num_splits, int64_t min_piece_tokens,
+                                        float* workspace, cudaStream_t stream);
 
 }  // namespace servelab::cuda

@@ -5,9 +5,10 @@
 // flash-decoding, Dao et al. 2023). Two kernels:
 //
 //   1. partial: grid (sequences, KV heads, splits). Block (s, g, p) takes
-//      piece p of sequence s's context (ceil(len / splits) tokens, worked out
-//      from context_lens at run time) and all query heads that share KV head
-//      g. Keys and values stream through shared memory kKeyTile at a time,
+//      piece p of sequence s's context (max(ceil(len / splits), the minimum
+//      piece) tokens, worked out from context_lens at run time; splits past
+//      the last piece have nothing to do) and all query heads that share KV
+//      head g. Keys and values stream through shared memory kKeyTile at a time,
 //      so each row is read from the pool once for the whole GQA group. Per
 //      query head it keeps a running max and sum (online softmax) and an
 //      unnormalized output, and writes those three to the workspace.
@@ -34,12 +35,16 @@ constexpr int kMergeThreads = 128;
 constexpr unsigned kFullWarp = 0xffffffffu;
 constexpr int64_t kMaxGridYZ = 65535;               // gridDim.y and gridDim.z limits
 constexpr int64_t kDefaultSharedBytes = 48 * 1024;  // more needs an opt-in per kernel
-// paged_decode_num_splits: a piece is never shorter than kMinPieceTokens
-// (two key tiles: below that the block's fixed costs — loading q, writing
-// the partial result, the merge's extra reads — outweigh its share of the
-// keys), and there are never more than kMaxSplits pieces.
-constexpr int64_t kMinPieceTokens = 64;
-constexpr int64_t kMaxSplits = 64;
+// paged_decode_num_splits aims at this many partial-kernel blocks per SM
+// (more than fit at once: the rest queue up as earlier ones finish). Each
+// block walks its piece one tile at a time, waiting on each tile's loads,
+// so it is many short pieces in flight, not a few long ones, that keep the
+// memory busy. Chosen from `cuda_kernel_bench --splitk-sweep` on an H200
+// (docs/perf.md): with SmolLM2's heads, 4 splits at batch 64 and 4096
+// tokens took 384 us against 357 at 32, and 3 splits at batch 256 took
+// 1,454 us against 1,302 at 8.
+constexpr int64_t kBlocksPerSm = 64;
+static_assert(kDecodeMinPieceTokens % kKeyTile == 0, "a minimum piece is whole key tiles");
 
 // Piece `split` of a context: keys [begin, end); empty when begin >= end.
 // Both kernels call this, so they agree on which pieces exist.
@@ -48,19 +53,30 @@ struct Piece {
     int64_t end = 0;
 };
 
-__device__ Piece piece_of(int64_t context_len, int64_t num_splits, int64_t split) {
-    const int64_t piece_len = (context_len + num_splits - 1) / num_splits;
+// A piece's length: the context shared evenly among the splits, but never
+// under min_piece_tokens. The grid's split count is fixed when a graph is
+// captured, sized for the longest context the model allows; the floor is
+// what stops a 160-token context from becoming 64 pieces of 3 keys.
+__device__ int64_t piece_len_of(int64_t context_len, int64_t num_splits, int64_t min_piece_tokens) {
+    return max((context_len + num_splits - 1) / num_splits, min_piece_tokens);
+}
+
+__device__ Piece piece_of(int64_t context_len, int64_t num_splits, int64_t min_piece_tokens,
+                          int64_t split) {
+    const int64_t piece_len = piece_len_of(context_len, num_splits, min_piece_tokens);
     const int64_t begin = split * piece_len;
     return {begin, min(context_len, begin + piece_len)};
 }
 
 // The non-empty pieces are splits 0 .. num_pieces − 1: piece p has keys iff
 // p · piece_len < len, i.e. p < ceil(len / piece_len) (<= num_splits). For a
-// context of 10 keys and 4 splits: pieces of 3, 3, 3 and 1 keys; for 10
-// keys and 8 splits: pieces of 2 keys, splits 5..7 empty.
-__device__ int64_t num_pieces_of(int64_t context_len, int64_t num_splits) {
+// context of 10 keys, 4 splits and no floor (1): pieces of 3, 3, 3 and 1
+// keys; for 10 keys and 8 splits: pieces of 2 keys, splits 5..7 empty; for
+// 160 keys, 64 splits and a floor of 32: five pieces of 32, splits 5..63 empty.
+__device__ int64_t num_pieces_of(int64_t context_len, int64_t num_splits,
+                                 int64_t min_piece_tokens) {
     if (context_len <= 0) return 0;
-    const int64_t piece_len = (context_len + num_splits - 1) / num_splits;
+    const int64_t piece_len = piece_len_of(context_len, num_splits, min_piece_tokens);
     return (context_len + piece_len - 1) / piece_len;
 }
 
@@ -127,14 +143,14 @@ Workspace workspace_of(float* workspace, const PagedDecodeShape& shape, int64_t 
 __global__ void __launch_bounds__(kThreads)
     splitk_partial_kernel(const __nv_bfloat16* q, const __nv_bfloat16* key_pool,
                           const __nv_bfloat16* value_pool, const int32_t* block_tables,
-                          const int32_t* context_lens, PagedDecodeShape shape, float scale,
-                          Workspace workspace) {
+                          const int32_t* context_lens, PagedDecodeShape shape,
+                          int64_t min_piece_tokens, float scale, Workspace workspace) {
     extern __shared__ __align__(16) unsigned char shared[];
     const int64_t seq = blockIdx.x;
     const int64_t kv_head = blockIdx.y;
     const int64_t split = blockIdx.z;
     const int64_t num_splits = gridDim.z;
-    const Piece piece = piece_of(context_lens[seq], num_splits, split);
+    const Piece piece = piece_of(context_lens[seq], num_splits, min_piece_tokens, split);
     // No keys for this piece (a short or empty context): nothing to do, and
     // the merge does not read this piece. Uniform over the block.
     if (piece.begin >= piece.end) return;
@@ -267,7 +283,8 @@ __global__ void __launch_bounds__(kThreads)
 // by num_splits.
 __global__ void __launch_bounds__(kMergeThreads)
     splitk_merge_kernel(const int32_t* context_lens, Workspace workspace, __nv_bfloat16* out,
-                        int64_t num_heads, int64_t head_dim, int64_t num_splits) {
+                        int64_t num_heads, int64_t head_dim, int64_t num_splits,
+                        int64_t min_piece_tokens) {
     const int64_t seq = blockIdx.x;
     const int64_t head = blockIdx.y;
     const int64_t context_len = context_lens[seq];
@@ -279,7 +296,7 @@ __global__ void __launch_bounds__(kMergeThreads)
         return;
     }
     // Only the non-empty pieces were written by the partial kernel.
-    const int64_t num_pieces = num_pieces_of(context_len, num_splits);
+    const int64_t num_pieces = num_pieces_of(context_len, num_splits, min_piece_tokens);
     const int64_t first = (seq * num_heads + head) * num_splits;  // this head's split 0
     float overall_max = -INFINITY;
     for (int64_t p = 0; p < num_pieces; ++p)
@@ -301,14 +318,22 @@ __global__ void __launch_bounds__(kMergeThreads)
 
 }  // namespace
 
-// floor(len / kMinPieceTokens) splits, between 1 and kMaxSplits: every piece
-// then holds at least kMinPieceTokens keys. For SmolLM2 (3 KV heads) at
-// batch 1 a 3000-token context gets 46 splits, 138 blocks: about one per SM
-// of an H200 (132). Longer contexts stop at 64 splits (pieces grow instead:
-// more splits would only add merge work and workspace); shorter ones leave
-// SMs idle, but then the whole step is a few microseconds of reading.
-int64_t paged_decode_num_splits(int64_t max_context_len) {
-    return std::clamp<int64_t>(max_context_len / kMinPieceTokens, 1, kMaxSplits);
+// floor(len / kDecodeMinPieceTokens), between 1 and kDecodeMaxSplits: every
+// piece of the longest context then holds at least kDecodeMinPieceTokens keys.
+int64_t paged_decode_max_splits(int64_t max_context_len) {
+    return std::clamp<int64_t>(max_context_len / kDecodeMinPieceTokens, 1, kDecodeMaxSplits);
+}
+
+// Splits enough that (sequences × KV heads × splits) reaches kBlocksPerSm
+// blocks per SM, capped by paged_decode_max_splits. For SmolLM2 (3 KV heads)
+// on an H200 (132 SMs) with graphs sized for 8192 tokens: batch 1 and 8 get
+// 64 splits, batch 64 gets 44 and batch 256 gets 11. A 1,000-token context
+// at batch 1, run directly, gets 31 (the floor on piece length binds).
+int64_t paged_decode_num_splits(const PagedDecodeShape& shape, int64_t num_sms) {
+    const int64_t rows = std::max<int64_t>(1, shape.num_seqs * shape.num_kv_heads);
+    const int64_t target_blocks = kBlocksPerSm * std::max<int64_t>(1, num_sms);
+    const int64_t wanted = (target_blocks + rows - 1) / rows;
+    return std::clamp<int64_t>(wanted, 1, paged_decode_max_splits(shape.max_context_len));
 }
 
 int64_t paged_decode_workspace_floats(const PagedDecodeShape& shape, int64_t num_splits) {
@@ -319,13 +344,18 @@ void paged_decode_attention_splitk_bf16(const __nv_bfloat16* q, const __nv_bfloa
                                         const __nv_bfloat16* value_pool,
                                         const int32_t* block_tables, const int32_t* context_lens,
                                         __nv_bfloat16* out, const PagedDecodeShape& shape,
-                                        int64_t num_splits, float* workspace, cudaStream_t stream) {
+                                        int64_t num_splits, int64_t min_piece_tokens,
+                                        float* workspace, cudaStream_t stream) {
     if (shape.num_kv_heads < 1 || shape.num_heads % shape.num_kv_heads != 0) {
         throw Error("paged_decode_attention_splitk: num_kv_heads must divide num_heads");
     }
     if (num_splits < 1 || num_splits > kMaxGridYZ) {
         throw Error("paged_decode_attention_splitk: num_splits " + std::to_string(num_splits) +
                     " outside 1..65535");
+    }
+    if (min_piece_tokens < 1) {
+        throw Error("paged_decode_attention_splitk: min_piece_tokens " +
+                    std::to_string(min_piece_tokens) + " must be >= 1");
     }
     if (shape.head_dim < 1 || shape.block_size < 1) {
         throw Error("paged_decode_attention_splitk: head_dim and block_size must be >= 1");
@@ -350,12 +380,12 @@ void paged_decode_attention_splitk_bf16(const __nv_bfloat16* q, const __nv_bfloa
     const dim3 partial_grid(unsigned(shape.num_seqs), unsigned(shape.num_kv_heads),
                             static_cast<unsigned>(num_splits));
     splitk_partial_kernel<<<partial_grid, kThreads, size_t(layout.bytes), stream>>>(
-        q, key_pool, value_pool, block_tables, context_lens, shape, scale, parts);
+        q, key_pool, value_pool, block_tables, context_lens, shape, min_piece_tokens, scale, parts);
     SERVELAB_CUDA_CHECK(cudaGetLastError());
 
     const dim3 merge_grid(unsigned(shape.num_seqs), unsigned(shape.num_heads));
     splitk_merge_kernel<<<merge_grid, kMergeThreads, 0, stream>>>(
-        context_lens, parts, out, shape.num_heads, shape.head_dim, num_splits);
+        context_lens, parts, out, shape.num_heads, shape.head_dim, num_splits, min_piece_tokens);
     SERVELAB_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -128,7 +128,7 @@ struct CudaModelRunner::Device {
     std::vector<DeviceBuffer<bf16>> key_pools, value_pools;  // (num_layers)
     std::unique_ptr<Activations> act;
     int64_t max_blocks_per_seq = 0;             // the widest block table: the whole context
-    int64_t graph_num_splits = 0;               // split-K pieces of a graph's decode attention
+    int64_t num_sms = 0;                        // sizes the split-K decode's grid
     std::map<int64_t, cudaGraphExec_t> graphs;  // decode step, by batch bucket
     // Copy-on-write pairs and sampling inputs of the current step.
     DeviceBuffer<int32_t> copy_pairs{0};
@@ -205,7 +205,7 @@ CudaModelRunner::CudaModelRunner(const ModelConfig& config, const ModelWeights& 
         }
     }
     d.max_blocks_per_seq = ceil_div(config.context_length, options.block_size);
-    d.graph_num_splits = cuda::paged_decode_num_splits(config.context_length);
+    d.num_sms = cuda::query_devices().devices.at(0).multiprocessors;
 }
 
 CudaModelRunner::~CudaModelRunner() = default;
@@ -290,9 +290,10 @@ void enqueue_forward(const ModelConfig& c, const CudaRunnerOptions& options,
         cuda::kv_append_bf16(a.k.data(), a.v.data(), slots, key_pool, value_pool, T, c.kv_dim(),
                              stream);
         if (shape.decode_only) {
-            cuda::paged_decode_attention_splitk_bf16(
-                a.q.data(), key_pool, value_pool, block_tables, context_lens, a.attn.data(),
-                decode_shape, shape.num_splits, a.decode_workspace.data(), stream);
+            cuda::paged_decode_attention_splitk_bf16(a.q.data(), key_pool, value_pool, block_tables,
+                                                     context_lens, a.attn.data(), decode_shape,
+                                                     shape.num_splits, cuda::kDecodeMinPieceTokens,
+                                                     a.decode_workspace.data(), stream);
         } else {
             cuda::paged_prefill_attention_bf16(a.q.data(), key_pool, value_pool, block_tables,
                                                query_start, context_lens, a.attn.data(),
@@ -345,15 +346,19 @@ void CudaModelRunner::forward(const StepBatch& batch, PagedKvCache& cache) {
     const DeviceStepPlan plan =
         plan_device_step(batch.chunks, limits, bucket, use_graph ? d.max_blocks_per_seq : 0);
 
-    StepShape shape{
-        .num_tokens = plan.num_tokens,
-        .num_seqs = plan.num_seqs,
-        .max_blocks_per_seq = plan.max_blocks_per_seq,
-        .max_query_len = plan.max_query_len,
-        .decode_only = plan.decode_only,
-        .num_splits = use_graph ? d.graph_num_splits
-                                : std::min(d.graph_num_splits,
-                                           cuda::paged_decode_num_splits(plan.max_context_len))};
+    // Decode attention's splits: a graph is replayed while its contexts grow,
+    // so its splits are sized for the longest context the model allows (the
+    // kernel's minimum piece keeps today's short contexts from being cut
+    // into slivers); a step run directly is sized for the contexts it has.
+    cuda::PagedDecodeShape splits_for =
+        decode_shape_of(config_, options_, plan.num_seqs, plan.max_blocks_per_seq);
+    if (!use_graph) splits_for.max_context_len = plan.max_context_len;
+    StepShape shape{.num_tokens = plan.num_tokens,
+                    .num_seqs = plan.num_seqs,
+                    .max_blocks_per_seq = plan.max_blocks_per_seq,
+                    .max_query_len = plan.max_query_len,
+                    .decode_only = plan.decode_only,
+                    .num_splits = cuda::paged_decode_num_splits(splits_for, d.num_sms)};
 
     // Buffers: grown (and the graphs, which point into them, dropped) when a
     // step is larger than any before.
@@ -367,7 +372,8 @@ void CudaModelRunner::forward(const StepBatch& batch, PagedKvCache& cache) {
         d.act.reset();  // free the old buffers before allocating the new ones
         d.act = std::make_unique<Activations>(
             config_, tokens, d.max_blocks_per_seq,
-            cuda::paged_decode_workspace_floats(widest, d.graph_num_splits));
+            cuda::paged_decode_workspace_floats(
+                widest, cuda::paged_decode_max_splits(config_.context_length)));
     }
 
     // Copy-on-write copies the host made since the last step, before any

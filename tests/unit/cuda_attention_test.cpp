@@ -270,19 +270,31 @@ TEST_F(CudaAttention, SplitKDecodeEqualsTheCpuPagedAttention) {
         auto lens_gpu = on_device(lens);
         const cuda::PagedDecodeShape shape{num_seqs,     c.heads,         c.kv_heads, c.head_dim,
                                            c.block_size, pool.max_blocks, long_len};
-        // The planned splits; a single piece; and more splits than any
-        // context has tokens (most pieces empty, the long one's 1 token each).
-        for (int64_t num_splits :
-             {cuda::paged_decode_num_splits(long_len), int64_t(1), int64_t(long_len + 1)}) {
-            SCOPED_TRACE(::testing::Message() << "num_splits " << num_splits);
+        // (splits, minimum piece): the planned splits for one sequence on an
+        // H200; a graph's many splits over short contexts (the floor leaves
+        // a few 64-key pieces, the rest of the grid idle); a single piece;
+        // and more splits than any context has tokens with no floor (most
+        // pieces empty, the long one's 1 token each).
+        const std::pair<int64_t, int64_t> schedules[] = {
+            {cuda::paged_decode_num_splits(
+                 {1, c.heads, c.kv_heads, c.head_dim, c.block_size, pool.max_blocks, long_len},
+                 132),
+             cuda::kDecodeMinPieceTokens},
+            {cuda::kDecodeMaxSplits, cuda::kDecodeMinPieceTokens},
+            {1, cuda::kDecodeMinPieceTokens},
+            {long_len + 1, 1}};
+        for (const auto& [num_splits, min_piece_tokens] : schedules) {
+            SCOPED_TRACE(::testing::Message()
+                         << "num_splits " << num_splits << ", min piece " << min_piece_tokens);
             cuda::DeviceBuffer<float> workspace(
                 static_cast<size_t>(cuda::paged_decode_workspace_floats(shape, num_splits)));
             workspace.fill_bytes(0xFF);  // stale partial results must never be read
             cuda::DeviceBuffer<bf16> out(q.size());
             out.fill_bytes(0xFF);
-            cuda::paged_decode_attention_splitk_bf16(
-                q_gpu.data(), keys_gpu.data(), values_gpu.data(), tables_gpu.data(),
-                lens_gpu.data(), out.data(), shape, num_splits, workspace.data(), 0);
+            cuda::paged_decode_attention_splitk_bf16(q_gpu.data(), keys_gpu.data(),
+                                                     values_gpu.data(), tables_gpu.data(),
+                                                     lens_gpu.data(), out.data(), shape, num_splits,
+                                                     min_piece_tokens, workspace.data(), 0);
             const std::vector<float> gpu = to_float(out.download());
             expect_bf16_close(gpu, expected, "split-K paged decode attention");
             for (int64_t i = 0; i < q_row; ++i) {  // sequence 0 (length 0): exact zeros
@@ -297,25 +309,51 @@ TEST_F(CudaAttention, SplitKDecodeRejectsBadSplitCounts) {
     for (int64_t num_splits : {int64_t(0), int64_t(-1), int64_t(70000)}) {
         test::error_of([&] {
             cuda::paged_decode_attention_splitk_bf16(nullptr, nullptr, nullptr, nullptr, nullptr,
-                                                     nullptr, shape, num_splits, nullptr, 0);
+                                                     nullptr, shape, num_splits, 64, nullptr, 0);
         });
     }
+    const std::string message = test::error_of([&] {
+        cuda::paged_decode_attention_splitk_bf16(nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                 nullptr, shape, 4, 0, nullptr, 0);
+    });
+    EXPECT_NE(message.find("min_piece_tokens"), std::string::npos) << message;
 }
 
 // Pure host arithmetic: runs with or without a GPU.
 TEST(CudaAttentionPlan, DecodeSplitsFillTheGpuWithoutTinyPieces) {
-    EXPECT_EQ(cuda::paged_decode_num_splits(0), 1);
-    EXPECT_EQ(cuda::paged_decode_num_splits(1), 1);
+    constexpr int64_t kH200Sms = 132;
+    // SmolLM2's decode shape (9 query heads on 3 KV heads, 64 wide) for a batch and context.
+    auto smollm2 = [](int64_t num_seqs, int64_t max_context_len) {
+        return cuda::PagedDecodeShape{num_seqs, 9, 3, 64, 16, 512, max_context_len};
+    };
+    EXPECT_EQ(cuda::paged_decode_max_splits(0), 1);
+    EXPECT_EQ(cuda::paged_decode_max_splits(1), 1);
+    EXPECT_EQ(cuda::paged_decode_num_splits(smollm2(1, 1), kH200Sms), 1);
     int64_t previous = 1;
     for (int64_t len = 1; len <= 20000; ++len) {
-        const int64_t splits = cuda::paged_decode_num_splits(len);
+        const int64_t splits = cuda::paged_decode_num_splits(smollm2(1, len), kH200Sms);
         ASSERT_GE(splits, previous) << len;  // never fewer splits for a longer context
-        ASSERT_LE(splits, 64) << len;
-        if (splits > 1) ASSERT_GE((len + splits - 1) / splits, 64) << len;  // pieces >= 64 tokens
+        ASSERT_LE(splits, cuda::kDecodeMaxSplits) << len;
+        ASSERT_LE(splits, cuda::paged_decode_max_splits(len)) << len;  // the workspace's bound
+        if (splits > 1) {  // pieces of the longest context >= 64 tokens
+            ASSERT_GE((len + splits - 1) / splits, cuda::kDecodeMinPieceTokens) << len;
+        }
         previous = splits;
     }
-    // SmolLM2 (3 KV heads) at batch 1 and 3000 tokens: a block for about every SM of an H200.
-    EXPECT_GE(3 * cuda::paged_decode_num_splits(3000), 132);
+    // Batch 1 at 3000 tokens: a block for about every SM of an H200.
+    EXPECT_GE(3 * cuda::paged_decode_num_splits(smollm2(1, 3000), kH200Sms), kH200Sms);
+    // More sequences, fewer splits. A graph sized for 8192 tokens once cut
+    // every sequence into 64 pieces whatever the batch, and at batch 256 the
+    // partial kernel then took three quarters of the step.
+    previous = cuda::kDecodeMaxSplits;
+    for (int64_t batch = 1; batch <= 256; batch *= 2) {
+        const int64_t splits = cuda::paged_decode_num_splits(smollm2(batch, 8192), kH200Sms);
+        EXPECT_LE(splits, previous) << batch;
+        EXPECT_GE(batch * 3 * splits, kH200Sms) << batch;  // every SM has a block
+        previous = splits;
+    }
+    EXPECT_LE(4 * cuda::paged_decode_num_splits(smollm2(256, 8192), kH200Sms),
+              cuda::paged_decode_num_splits(smollm2(1, 8192), kH200Sms));
 
     const cuda::PagedDecodeShape shape{5, 9, 3, 64, 16, 10, 160};
     EXPECT_EQ(cuda::paged_decode_workspace_floats(shape, 7), 5 * 9 * 7 * (64 + 2));

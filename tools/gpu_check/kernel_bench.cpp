@@ -10,6 +10,12 @@
 // prefill attention. Plain and fast versions of a kernel run on the same
 // inputs, one after the other. Times are CUDA-event
 // medians of 20 launches after 3 warm-ups, on random inputs (never zeros).
+//
+// `cuda_kernel_bench --splitk-sweep` instead times the split-K decode
+// attention over a grid of (batch, context, splits, minimum piece) on
+// SmolLM2's heads (9 query on 3 KV, 64 wide), and prints, per (batch,
+// context), the time paged_decode_num_splits' choice takes against the best
+// split count found: the evidence for its rule.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -76,9 +82,81 @@ void row(const char* name, const std::string& size, double ms, double rate, cons
                 100.0 * rate / ceiling);
 }
 
+// One (batch, context) of the sweep: every sequence has `context` keys.
+void splitk_sweep_case(int64_t batch, int64_t context, int64_t num_sms, std::mt19937& rng) {
+    const int64_t heads = 9, kv_heads = 3, head_dim = 64, block = 16;
+    const int64_t blocks_per_seq = (context + block - 1) / block;
+    const int64_t num_blocks = batch * blocks_per_seq;
+    auto q = random_buffer<bf16>(static_cast<size_t>(batch * heads * head_dim), rng);
+    const size_t pool = static_cast<size_t>(num_blocks * block * kv_heads * head_dim);
+    auto keys = random_buffer<bf16>(pool, rng);
+    auto values = random_buffer<bf16>(pool, rng);
+    std::vector<int32_t> tables(static_cast<size_t>(num_blocks));
+    for (int64_t i = 0; i < num_blocks; ++i) tables[static_cast<size_t>(i)] = int32_t(i);
+    std::shuffle(tables.begin(), tables.end(), rng);
+    cuda::DeviceBuffer<int32_t> tables_gpu(tables.size());
+    tables_gpu.upload(tables);
+    cuda::DeviceBuffer<int32_t> lens_gpu(static_cast<size_t>(batch));
+    lens_gpu.upload(std::vector<int32_t>(static_cast<size_t>(batch), int32_t(context)));
+    cuda::DeviceBuffer<bf16> out(static_cast<size_t>(batch * heads * head_dim));
+    const cuda::PagedDecodeShape shape{batch, heads,          kv_heads, head_dim,
+                                       block, blocks_per_seq, context};
+    // What a graph of this batch would use: splits sized for 8192 tokens.
+    cuda::PagedDecodeShape graph_shape = shape;
+    graph_shape.max_context_len = 8192;
+    const int64_t chosen = cuda::paged_decode_num_splits(shape, num_sms);
+    const int64_t chosen_graph = cuda::paged_decode_num_splits(graph_shape, num_sms);
+    cuda::DeviceBuffer<float> workspace(
+        static_cast<size_t>(cuda::paged_decode_workspace_floats(shape, cuda::kDecodeMaxSplits)));
+    auto time_us = [&](int64_t splits, int64_t min_piece) {
+        return 1e3 * median_ms([&] {
+                   cuda::paged_decode_attention_splitk_bf16(
+                       q.data(), keys.data(), values.data(), tables_gpu.data(), lens_gpu.data(),
+                       out.data(), shape, splits, min_piece, workspace.data(), 0);
+               });
+    };
+    std::printf("batch %3lld context %5lld:", (long long)batch, (long long)context);
+    double best = 1e30;
+    int64_t best_splits = 0, best_piece = 0;
+    for (int64_t min_piece : {int64_t(1), int64_t(32), int64_t(64)}) {
+        std::printf("  piece>=%lld", (long long)min_piece);
+        for (int64_t splits = 1; splits <= cuda::kDecodeMaxSplits; splits *= 2) {
+            const double us = time_us(splits, min_piece);
+            std::printf(" %lld:%.1f", (long long)splits, us);
+            if (us < best) best = us, best_splits = splits, best_piece = min_piece;
+        }
+    }
+    const double chosen_us = time_us(chosen, cuda::kDecodeMinPieceTokens);
+    const double graph_us = time_us(chosen_graph, cuda::kDecodeMinPieceTokens);
+    std::printf(
+        "\n  -> best %.1f us (%lld splits, piece>=%lld); chosen %lld splits %.1f us; "
+        "graph's %lld splits %.1f us\n",
+        best, (long long)best_splits, (long long)best_piece, (long long)chosen, chosen_us,
+        (long long)chosen_graph, graph_us);
+}
+
+int splitk_sweep() {
+    const cuda::DeviceQuery query = cuda::query_devices();
+    if (query.devices.empty()) {
+        std::printf("kernel_bench: no usable GPU (%s)\n", query.error.c_str());
+        return 0;
+    }
+    const int64_t num_sms = query.devices[0].multiprocessors;
+    std::printf(
+        "split-K decode sweep on %s (%lld SMs): microseconds per launch, "
+        "splits:us, SmolLM2's heads; min piece in use %lld\n",
+        query.devices[0].name.c_str(), (long long)num_sms, (long long)cuda::kDecodeMinPieceTokens);
+    std::mt19937 rng(7);
+    for (int64_t batch : {1, 8, 64, 256}) {
+        for (int64_t context : {160, 1024, 4096}) splitk_sweep_case(batch, context, num_sms, rng);
+    }
+    return 0;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+    if (argc > 1 && std::string(argv[1]) == "--splitk-sweep") return splitk_sweep();
     const cuda::DeviceQuery query = cuda::query_devices();
     if (query.devices.empty()) {
         std::printf("kernel_bench: no usable GPU (%s)\n", query.error.c_str());
@@ -264,13 +342,14 @@ int main() {
             });
             row("paged decode (plain)", size, plain_ms, bytes / (plain_ms / 1e3) / GB, "GB/s",
                 copy_gbs);
-            const int64_t splits = cuda::paged_decode_num_splits(context);
+            const int64_t splits =
+                cuda::paged_decode_num_splits(shape, query.devices[0].multiprocessors);
             cuda::DeviceBuffer<float> workspace(
                 static_cast<size_t>(cuda::paged_decode_workspace_floats(shape, splits)));
             const double fast_ms = median_ms([&] {
                 cuda::paged_decode_attention_splitk_bf16(
                     q.data(), keys.data(), values.data(), tables_gpu.data(), lens_gpu.data(),
-                    out.data(), shape, splits, workspace.data(), 0);
+                    out.data(), shape, splits, cuda::kDecodeMinPieceTokens, workspace.data(), 0);
             });
             row("paged decode (split-K)", size, fast_ms, bytes / (fast_ms / 1e3) / GB, "GB/s",
                 copy_gbs);
