@@ -5,9 +5,13 @@
 #
 # The source is the llama.cpp vendored in the llama-cpp-python sdist that
 # tools/requirements-peers.txt pins, so every machine builds the same commit.
-# It builds llama-bench, llama-batched-bench and llama-server into
-# build/peers/bin/ and skips everything on a second run (the stamp file
-# records the version and flags it was built with).
+# It builds llama-bench, llama-batched-bench, llama-server, and
+# llama-perplexity and llama-completion (the weight-quantization goldens,
+# tools/make_quant_goldens.py) into build/peers/bin/ and skips everything on a
+# second run (the stamp file records the version and flags it was built
+# with). A tool added to TOOLS later is built alone: with the stamp
+# unchanged, only the tools missing from bin/ are passed to the build, in
+# the cmake tree that is already there, so the shared libraries are reused.
 #
 # Flags: GGML_NATIVE=OFF with AVX2/FMA/F16C/BMI2 and, where the CPU has them,
 # AVX-512 F/VNNI/BF16/VBMI spelled out, and AMX off. Why not native: on the
@@ -43,11 +47,21 @@ if has_flag avx512f && has_flag avx512bw && has_flag avx512vl; then
 fi
 has_flag avx_vnni && CMAKE_FLAGS+=(-DGGML_AVX_VNNI=ON)
 STAMP_TEXT="llama-cpp-python==$VERSION ${CMAKE_FLAGS[*]}"
-TOOLS=(llama-bench llama-batched-bench llama-server)
+TOOLS=(llama-bench llama-batched-bench llama-server llama-perplexity llama-completion)
+
+stamp_matches() { [[ -f "$PEERS/stamp" && "$(cat "$PEERS/stamp")" == "$STAMP_TEXT" ]]; }
 
 all_built() {
     for tool in "${TOOLS[@]}"; do [[ -x "$PEERS/bin/$tool" ]] || return 1; done
-    [[ -f "$PEERS/stamp" && "$(cat "$PEERS/stamp")" == "$STAMP_TEXT" ]]
+    stamp_matches
+}
+
+# What to build: every tool when the version or flags changed (or nothing
+# was built yet), else only the ones missing from bin/.
+tools_to_build() {
+    for tool in "${TOOLS[@]}"; do
+        if ! stamp_matches || [[ ! -x "$PEERS/bin/$tool" ]]; then echo "$tool"; fi
+    done
 }
 
 if ! all_built; then
@@ -65,14 +79,15 @@ if ! all_built; then
         rm -rf "$PEERS/src" && mkdir -p "$PEERS/src"
         tar xzf "$SDIST" -C "$PEERS/src"
     fi
-    log "building ${TOOLS[*]} from its vendor/llama.cpp with $JOBS jobs (10 minutes or more on 2 cores)"
+    mapfile -t BUILD_TOOLS < <(tools_to_build)
+    log "building ${BUILD_TOOLS[*]} from its vendor/llama.cpp with $JOBS jobs (10 minutes or more on 2 cores)"
     log "flags: ${CMAKE_FLAGS[*]}"
     cmake -S "$SRC/vendor/llama.cpp" -B "$PEERS/cmake" "${CMAKE_FLAGS[@]}" >"$PEERS/configure.log" 2>&1 ||
         { tail -20 "$PEERS/configure.log" >&2; log "configure failed (full log: $PEERS/configure.log)"; exit 1; }
-    cmake --build "$PEERS/cmake" -j "$JOBS" --target "${TOOLS[@]}" >"$PEERS/build.log" 2>&1 ||
+    cmake --build "$PEERS/cmake" -j "$JOBS" --target "${BUILD_TOOLS[@]}" >"$PEERS/build.log" 2>&1 ||
         { tail -20 "$PEERS/build.log" >&2; log "build failed (full log: $PEERS/build.log)"; exit 1; }
     mkdir -p "$PEERS/bin"
-    for tool in "${TOOLS[@]}"; do cp "$PEERS/cmake/bin/$tool" "$PEERS/bin/$tool"; done
+    for tool in "${BUILD_TOOLS[@]}"; do cp "$PEERS/cmake/bin/$tool" "$PEERS/bin/$tool"; done
     # The commit the sdist vendors, for the reports' header: the sdist has no
     # .git, so llama.cpp's own build info says "unknown"; its changelog names it.
     (grep -m1 -o 'ggml-org/llama.cpp@[0-9a-f]*' "$SRC/CHANGELOG.md" | cut -d@ -f2 || echo unknown) \

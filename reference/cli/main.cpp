@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
     servelab::cli::add_bench_command(app);
     servelab::cli::add_logits_command(app);
     servelab::cli::add_make_tiny_model_command(app);
+    servelab::cli::add_quantize_command(app);
+    servelab::cli::add_perplexity_command(app);
     servelab::cli::add_devices_command(app);
     servelab::cli::add_kv_compare_command(app);
     servelab::cli::add_kv_sim_command(app);

@@ -262,7 +262,7 @@ std::span<const float> ModelRunner::run_layers(std::span<const SequenceChunk> ch
         } else {
             attention_block(layer, chunks, kv);
         }
-        mlp_block(weights_.layers[size_t(layer)], num_tokens);
+        mlp_block(layer, num_tokens);
     }
     flush_residual();
     if (kv.contiguous != nullptr) kv.contiguous->commit(num_tokens);
@@ -350,6 +350,7 @@ void ModelRunner::attention_block(int64_t layer_index, std::span<const SequenceC
     float* outputs[] = {q_.data(), k_.data(), v_.data()};
     const bool quantized =
         block_input(layer.attn_norm, whole ? std::span(qkv) : std::span<const WeightMatrix*>());
+    observe(layer_index, LinearInput::kAttentionIn, normed_, config_.dim, quantized);
     const RopeParams rope{config_.head_dim, config_.rope_dim, config_.rope_freq_base};
     const bool repacked =
         layer.wq.is_repacked() && layer.wk.is_repacked() && layer.wv.is_repacked();
@@ -385,6 +386,7 @@ void ModelRunner::attention_block(int64_t layer_index, std::span<const SequenceC
     }
 
     // Row-parallel: this rank's heads' share of the output, summed over ranks.
+    observe(layer_index, LinearInput::kAttentionOut, attn_out_, config_.q_dim());
     row_parallel_linear(attn_out_.data(), layer.wo, delta_.data(), num_tokens, comm());
     add_residual();
 }
@@ -473,7 +475,8 @@ void ModelRunner::mla_attention_block(int64_t layer_index, const StepInput& step
     add_residual();
 }
 
-void ModelRunner::mlp_block(const LayerWeights& layer, int64_t num_tokens) {
+void ModelRunner::mlp_block(int64_t layer_index, int64_t num_tokens) {
+    const LayerWeights& layer = weights_.layers[size_t(layer_index)];
     const int64_t ffn_dim = config_.ffn_dim;
     // gate and up column-parallel over this rank's ffn features; SwiGLU is
     // element-wise, so it needs no other rank's; down row-parallel.
@@ -482,6 +485,7 @@ void ModelRunner::mlp_block(const LayerWeights& layer, int64_t num_tokens) {
     float* outputs[] = {gate_.data(), up_.data()};
     const bool quantized =
         block_input(layer.ffn_norm, whole ? std::span(gate_up) : std::span<const WeightMatrix*>());
+    observe(layer_index, LinearInput::kMlpIn, normed_, config_.dim, quantized);
     if (quantized && layer.w_gate.is_repacked() && layer.w_up.is_repacked() &&
         fusions_.swiglu_in_gate_up) {
         // silu(gate)·up in the epilogue: the gate and up outputs never reach memory.
@@ -498,8 +502,20 @@ void ModelRunner::mlp_block(const LayerWeights& layer, int64_t num_tokens) {
         }
         swiglu(gate_.data(), up_.data(), gate_.data(), num_tokens * ffn_dim);
     }
+    observe(layer_index, LinearInput::kMlpHidden, gate_, ffn_dim);
     row_parallel_linear(gate_.data(), layer.w_down, delta_.data(), num_tokens, comm());
     add_residual();
+}
+
+void ModelRunner::observe(int64_t layer_index, LinearInput input, const std::vector<float>& rows,
+                          int64_t cols, bool quantized) {
+    if (observer_ == nullptr) return;
+    if (quantized) {
+        throw Error(
+            "an activation observer needs exact matmul mode (--cpu-kernels exact): in fast "
+            "mode the normed activations exist only as int8 blocks");
+    }
+    observer_->observe(layer_index, input, rows.data(), int64_t(positions_.size()), cols);
 }
 
 }  // namespace servelab

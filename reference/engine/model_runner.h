@@ -45,6 +45,7 @@
 
 #include "kernels/cpu/fused_qkv_rope.h"
 #include "kernels/cpu/quant_matmul_fast.h"
+#include "reference/engine/activation_observer.h"
 #include "reference/engine/fusion_plan.h"
 #include "reference/engine/step_input.h"
 #include "reference/engine/step_runner.h"
@@ -114,6 +115,10 @@ class ModelRunner : public StepRunner {
     // Tests and benchmarks compare the paths. A fusion whose reference
     // kernel is not linked stays off whatever is asked.
     void set_fusions(const FusionPlan& wanted);
+    // From now on every forward pass shows `observer` (null: none) the inputs
+    // of each layer's projections (Lab 10's calibration). Needs exact matmul
+    // mode: a pass that finds quantized activations instead throws.
+    void set_activation_observer(ActivationObserver* observer) { observer_ = observer; }
     // What this rank's collectives moved so far (the cost model's counters).
     const CommStats& comm_stats() const { return comm_ ? comm_->stats() : solo_.stats(); }
 
@@ -136,7 +141,11 @@ class ModelRunner : public StepRunner {
     void attend_chunk(int64_t layer_index, const SequenceChunk& chunk, int64_t row, KvTarget kv);
     std::span<const float> logits_of(std::span<const SequenceChunk> chunks);
     void mla_attention_block(int64_t layer_index, const StepInput& step, KvCache& cache);
-    void mlp_block(const LayerWeights& layer, int64_t num_tokens);
+    void mlp_block(int64_t layer_index, int64_t num_tokens);
+    // Shows the observer (if any) rows of fp32 activations; `quantized` says
+    // they exist only as int8 blocks, which an observer cannot see.
+    void observe(int64_t layer_index, LinearInput input, const std::vector<float>& rows,
+                 int64_t cols, bool quantized = false);
     bool block_input(const std::vector<float>& norm, std::span<const WeightMatrix* const> readers);
     void add_residual();
     void flush_residual();
@@ -156,6 +165,7 @@ class ModelRunner : public StepRunner {
     // True between a sub-block's end and the next block_input when
     // add_rmsnorm is on: x_ still lacks delta_, which the next norm adds.
     bool residual_pending_ = false;
+    ActivationObserver* observer_ = nullptr;  // Lab 10's calibration; null: none
 
     // Activations of the current step, sized for num_tokens (T) on demand
     // (llama2.c's RunState, one step at a time). They only grow, so once the

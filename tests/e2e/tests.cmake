@@ -15,6 +15,9 @@
 #   oracle_smollm2              the real SmolLM2-135M Q4_1 model (skipped, exit 77,
 #                               when data/models has no model file)
 #   oracle_smollm2_4k           the same on a 4,096-token random prompt (label "slow")
+#   quant_llamacpp_agreement    Lab 10: perplexity and greedy text of SmolLM2 and of an
+#                               RTN file `servelab quantize` writes, against llama.cpp's
+#                               (goldens); ..._calibrated: the AWQ and GPTQ files ("slow")
 
 set(SERVELAB_E2E_SCRIPT ${CMAKE_SOURCE_DIR}/tests/e2e/test_numpy_oracle.py)
 set(SERVELAB_E2E_MODEL ${CMAKE_SOURCE_DIR}/data/models/SmolLM2-135M-Instruct.Q4_1.gguf)
@@ -108,6 +111,24 @@ if(Python3_Interpreter_FOUND)
             --servelab $<TARGET_FILE:servelab> --smollm2 ${SERVELAB_E2E_MODEL})
   set_tests_properties(cli_tiny_model cli_smollm2_chat PROPERTIES
     LABELS "e2e" TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=1")
+endif()
+
+# Lab 10: `servelab perplexity` and the files `servelab quantize` writes
+# against llama.cpp's llama-perplexity and llama-completion on the same files
+# (goldens: data/golden/llamacpp_quant.json, tools/make_quant_goldens.py).
+# The RTN file takes seconds to make again; the AWQ and GPTQ ones, with their
+# calibration pass, minutes: `make test-all` only.
+if(servelab_e2e_ready)
+  add_test(NAME quant_llamacpp_agreement
+    COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_quant_llamacpp.py
+            --servelab $<TARGET_FILE:servelab> source_q4_1 rtn_q4_0)
+  add_test(NAME quant_llamacpp_agreement_calibrated
+    COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_quant_llamacpp.py
+            --servelab $<TARGET_FILE:servelab> awq_q4_0 gptq_q4_0)
+  set_tests_properties(quant_llamacpp_agreement PROPERTIES
+    LABELS "e2e" TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
+  set_tests_properties(quant_llamacpp_agreement_calibrated PROPERTIES
+    LABELS "e2e;slow" TIMEOUT 1200 SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
 endif()
 
 # Lab 4's request traces (data/traces/) must match their generator.
