@@ -49,7 +49,7 @@ CliGenerator::CliGenerator(const CacheOptions& options, const Model& model, Mode
     const int64_t num_blocks =
         PagedKvCache::blocks_for_budget(model.config, options.block_size, budget);
     pool_ = std::make_unique<PagedKvCache>(model.config, num_blocks, options.block_size);
-    manager_ = std::make_unique<KvBlockManager>(*pool_, !options.no_prefix_caching);
+    manager_ = std::make_unique<KvBlockManager>(*pool_, options.prefix_cache_kind());
     engine_ = std::make_unique<Engine>(model, runner, *manager_, scheduler);
     if (announce_) spdlog::info("KV cache: {}", describe());
     if (speculation.enabled()) start_drafter();
@@ -95,7 +95,7 @@ void CliGenerator::start_on_gpu(const SchedulerConfig& scheduler) {
     if (one_request) return;
     pool_ = std::make_unique<PagedKvCache>(config, gpu.num_kv_blocks, gpu.block_size,
                                            KvStorage::kDevice);
-    manager_ = std::make_unique<KvBlockManager>(*pool_, !options_.no_prefix_caching);
+    manager_ = std::make_unique<KvBlockManager>(*pool_, options_.prefix_cache_kind());
     engine_ = std::make_unique<Engine>(model_, *gpu_runner_, *manager_, scheduler);
 #else
     (void)scheduler;
@@ -112,16 +112,17 @@ std::string CliGenerator::describe() const {
     }
     if (gpu_runner_) {
         return fmt::format(
-            "paged on the GPU, {} blocks of {} tokens = {} tokens in {} (bf16), prefix caching "
+            "paged on the GPU, {} blocks of {} tokens = {} tokens in {} (bf16), prefix cache "
             "{}",
             pool_->num_blocks(), pool_->block_size(), pool_->num_blocks() * pool_->block_size(),
-            format_bytes(gpu_pool_bytes_), manager_->prefix_caching() ? "on" : "off");
+            format_bytes(gpu_pool_bytes_), prefix_cache_kind_name(manager_->prefix_cache_kind()));
     }
     if (!manager_) return fmt::format("contiguous ({})", options_.kv_dtype);
-    return fmt::format(
-        "paged, {} blocks of {} tokens = {} tokens in {} (f32), prefix caching {}",
-        pool_->num_blocks(), pool_->block_size(), pool_->num_blocks() * pool_->block_size(),
-        format_bytes(pool_->allocated_bytes()), manager_->prefix_caching() ? "on" : "off");
+    return fmt::format("paged, {} blocks of {} tokens = {} tokens in {} (f32), prefix cache {}",
+                       pool_->num_blocks(), pool_->block_size(),
+                       pool_->num_blocks() * pool_->block_size(),
+                       format_bytes(pool_->allocated_bytes()),
+                       prefix_cache_kind_name(manager_->prefix_cache_kind()));
 }
 
 std::vector<GenerationResult> CliGenerator::generate(std::span<const TokenId> prompt,

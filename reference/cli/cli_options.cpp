@@ -216,11 +216,21 @@ void CacheOptions::add_to(CLI::App& command) {
     command.add_flag("--no-prefix-caching", no_prefix_caching,
                      "paged: do not keep finished prompts' blocks for reuse");
     command
+        .add_option("--prefix-cache", prefix_cache,
+                    "paged: which prefix cache keeps them: 'hash' (blocks named by a hash "
+                    "chain, LRU, Lab 4) or 'radix' (SGLang's radix tree, leaf-first LRU, Lab 11)")
+        ->check(CLI::IsMember({"hash", "radix"}))
+        ->capture_default_str();
+    command
         .add_option("--device", device,
                     "where the engine runs: 'cpu', or 'cuda' (GPU 0: bf16 weights, the paged "
                     "KV pool in GPU memory, --kv-memory fractions of GPU memory)")
         ->check(CLI::IsMember({"cpu", "cuda"}))
         ->capture_default_str();
+}
+
+PrefixCacheKind CacheOptions::prefix_cache_kind() const {
+    return no_prefix_caching ? PrefixCacheKind::kNone : parse_prefix_cache_kind(prefix_cache);
 }
 
 bool CacheOptions::paged(const ModelConfig& config) const {

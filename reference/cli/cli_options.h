@@ -13,6 +13,7 @@
 
 #include "reference/engine/model_runner.h"
 #include "reference/kv/kv_cache.h"
+#include "reference/kv/prefix_index.h"
 #include "reference/model/model.h"
 #include "reference/sampling/sampling_params.h"
 #include "reference/speculative/drafter.h"
@@ -52,7 +53,7 @@ struct SamplingOptions {
 
 // The KV cache flags, shared by generate, chat and bench: --no-kv-cache,
 // --kv-dtype, --mla-attention (Labs 1-3) and the paged cache's --kv-layout,
-// --kv-memory, --block-size, --no-prefix-caching (Lab 4).
+// --kv-memory, --block-size, --no-prefix-caching (Lab 4), --prefix-cache (Lab 11).
 // Physical memory of this machine (sysconf), for --kv-memory fractions.
 int64_t physical_memory_bytes();
 
@@ -64,13 +65,16 @@ struct CacheOptions {
     std::string memory = "0.1";
     int64_t block_size = 16;
     bool no_prefix_caching = false;
-    std::string device = "cpu";  // "cuda": the paged engine on GPU 0 (issue 7)
+    std::string prefix_cache = "hash";  // hash (Lab 4) or radix (Lab 11)
+    std::string device = "cpu";         // "cuda": the paged engine on GPU 0 (issue 7)
 
     void add_to(CLI::App& command);
     // Whether to decode with the paged cache: --kv-layout paged, or auto where
     // the paged cache supports the model (not MLA) and dtype (f32). Throws
     // servelab::Error for --kv-layout paged where it does not.
     bool paged(const ModelConfig& config) const;
+    // --prefix-cache, or kNone with --no-prefix-caching.
+    PrefixCacheKind prefix_cache_kind() const;
     // The paged pool's budget: --kv-memory as a size (512MiB, 2GB) or as a
     // fraction in (0, 1] of `memory_bytes` (this machine's physical memory,
     // or the GPU's for --device cuda).

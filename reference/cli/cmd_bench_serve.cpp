@@ -200,8 +200,7 @@ void run(const BenchServeOptions& opts) {
     for (size_t i = 0; i < trace.size(); ++i) {
         TraceRequest request = trace[i];
         if (opts.max_prompt > 0) {
-            request.prompt_tokens = std::min(request.prompt_tokens, opts.max_prompt);
-            request.prefix_tokens = std::min(request.prefix_tokens, request.prompt_tokens);
+            request.truncate_prompt(opts.max_prompt);
         }
         nlohmann::json prompt =
             opts.prompt_format == "ids"

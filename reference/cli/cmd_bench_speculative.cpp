@@ -111,7 +111,7 @@ void run_arm(Arm& arm, const Options& opts, const Model& model, ModelRunner& run
              int64_t num_blocks) {
     EngineConfig config;
     config.num_kv_blocks = num_blocks;
-    config.prefix_caching = false;  // every arm and round computes every prompt
+    config.prefix_cache = PrefixCacheKind::kNone;  // every arm and round computes every prompt
     Engine engine(model, runner, config);
     if (drafter != nullptr) engine.add_drafter(arm.drafter, *drafter);
     SamplingParams params;

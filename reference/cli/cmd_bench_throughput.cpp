@@ -38,6 +38,7 @@ struct Options {
     int64_t max_concurrency = 0;
     uint64_t seed = 0;
     std::string batching = "continuous";
+    std::string policy = "fcfs";
     int64_t max_num_seqs = 64;
     int64_t max_num_batched_tokens = 512;
     // The engine's default (SchedulerConfig), so a bench measures what a server does.
@@ -178,10 +179,7 @@ void run(const Options& opts) {
     if (opts.limit > 0 && opts.limit < int64_t(trace.size())) trace.resize(size_t(opts.limit));
     for (TraceRequest& r : trace) {
         if (opts.max_output > 0) r.output_tokens = std::min(r.output_tokens, opts.max_output);
-        if (opts.max_prompt > 0 && r.prompt_tokens > opts.max_prompt) {
-            r.prompt_tokens = opts.max_prompt;
-            r.prefix_tokens = std::min(r.prefix_tokens, opts.max_prompt);
-        }
+        r.truncate_prompt(opts.max_prompt);
     }
     Model model = opts.model.load();
     if (!opts.cache.paged(model.config)) {
@@ -196,6 +194,7 @@ void run(const Options& opts) {
     scheduler.chunked_prefill = !opts.no_chunked_prefill;
     scheduler.long_prefill_tokens = opts.long_prefill_tokens;
     scheduler.static_batching = opts.batching == "static";
+    scheduler.policy = parse_scheduling_policy(opts.policy);
     CliGenerator generator(opts.cache, model, runner, scheduler, opts.speculation);
     Engine& engine = *generator.engine();
     const int64_t num_blocks = engine.kv().cache().num_blocks();
@@ -205,6 +204,8 @@ void run(const Options& opts) {
         {"trace", opts.trace},
         {"requests", trace.size()},
         {"batching", opts.batching},
+        {"policy", opts.policy},
+        {"prefix_cache", prefix_cache_kind_name(opts.cache.prefix_cache_kind())},
         {"arrivals", opts.request_rate > 0 ? fmt::format("Poisson {:g} requests/s (seed {})",
                                                          opts.request_rate, opts.seed)
                                            : std::string("all at once")},
@@ -288,6 +289,11 @@ void add_bench_throughput_command(CLI::App& bench) {
                     "'continuous' (requests join and leave every step) or 'static' (a batch "
                     "starts together and ends together: the baseline)")
         ->check(CLI::IsMember({"continuous", "static"}))
+        ->capture_default_str();
+    cmd->add_option("--policy", opts->policy,
+                    "which waiting request goes next: 'fcfs', 'priority' or 'lpm' (longest "
+                    "cached prefix first, with a starvation bound: Lab 11)")
+        ->check(CLI::IsMember({"fcfs", "priority", "lpm"}))
         ->capture_default_str();
     cmd->add_option("--max-num-seqs", opts->max_num_seqs, "requests running at once")
         ->check(CLI::Range(int64_t(1), int64_t(4096)))

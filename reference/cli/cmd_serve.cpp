@@ -35,6 +35,7 @@ struct ServeOptions {
     SpeculationOptions speculation;
     ServerOptions server;
     SchedulerConfig scheduler;
+    std::string policy = "fcfs";
     bool no_chunked_prefill = false;
     int64_t max_waiting = 256;
     double header_timeout_s = 5;
@@ -83,10 +84,11 @@ void serve(const ServeOptions& opts) {
     const int64_t num_blocks = PagedKvCache::blocks_for_budget(model.config, opts.cache.block_size,
                                                                opts.cache.cpu_budget_bytes(model));
     PagedKvCache pool(model.config, num_blocks, opts.cache.block_size);
-    KvBlockManager kv(pool, !opts.cache.no_prefix_caching);
+    KvBlockManager kv(pool, opts.cache.prefix_cache_kind());
     ModelRunner runner(model.config, model.weights, opts.cache.mla_mode());
     SchedulerConfig scheduler = opts.scheduler;
     scheduler.chunked_prefill = !opts.no_chunked_prefill;
+    scheduler.policy = parse_scheduling_policy(opts.policy);
     if (!scheduler.chunked_prefill &&
         scheduler.max_num_batched_tokens < model.config.context_length) {
         spdlog::warn(
@@ -160,6 +162,11 @@ void add_serve_command(CLI::App& app) {
                     "the model name clients send (default: the file name's stem)");
     cmd->add_option("--max-waiting", opts->max_waiting, "queued requests before new ones get 503")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+        ->capture_default_str();
+    cmd->add_option("--policy", opts->policy,
+                    "which waiting request goes next: 'fcfs', 'priority' (the request's "
+                    "priority field) or 'lpm' (longest cached prefix first, Lab 11)")
+        ->check(CLI::IsMember({"fcfs", "priority", "lpm"}))
         ->capture_default_str();
     cmd->add_option("--max-num-seqs", opts->scheduler.max_num_seqs, "requests running at once")
         ->check(CLI::Range(int64_t(1), int64_t(4096)))

@@ -53,7 +53,7 @@ Engine::Engine(const Model& model, StepRunner& runner, const EngineConfig& confi
       runner_(runner),
       own_pool_(std::make_unique<PagedKvCache>(model.config, config.num_kv_blocks,
                                                config.block_size, runner.kv_storage())),
-      own_kv_(std::make_unique<KvBlockManager>(*own_pool_, config.prefix_caching)),
+      own_kv_(std::make_unique<KvBlockManager>(*own_pool_, config.prefix_cache)),
       kv_(*own_kv_),
       scheduler_(kv_, config.scheduler, model.config.context_length),
       static_batching_(config.scheduler.static_batching) {

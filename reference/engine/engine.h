@@ -66,7 +66,7 @@ struct EngineConfig {
     SchedulerConfig scheduler;
     int64_t num_kv_blocks = 1024;  // the paged pool (PagedKvCache::blocks_for_budget sizes it)
     int64_t block_size = 16;
-    bool prefix_caching = true;
+    PrefixCacheKind prefix_cache = PrefixCacheKind::kHash;
 };
 
 // A token a request produced this step, with the text now safe to show.

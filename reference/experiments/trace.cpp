@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 
@@ -25,7 +26,55 @@ int64_t integer_field(const nlohmann::json& record, const char* name, int64_t fa
     return value.get<int64_t>();
 }
 
+constexpr int64_t kMaxSegmentId = int64_t(1) << 40;
+
+std::vector<TraceRequest::Segment> parse_segments(const nlohmann::json& value,
+                                                  const TraceRequest& r, const std::string& where) {
+    if (!value.is_array() || value.empty()) {
+        throw Error(fmt::format("{}: \"segments\" must be a non-empty array", where));
+    }
+    if (r.prefix_tokens > 0) {
+        throw Error(fmt::format("{}: give \"segments\" or \"prefix_tokens\", not both", where));
+    }
+    std::vector<TraceRequest::Segment> segments;
+    int64_t total = 0;
+    for (const nlohmann::json& item : value) {
+        const bool pair = item.is_array() && item.size() == 2 && item[0].is_number_integer() &&
+                          item[1].is_number_integer();
+        if (!pair) throw Error(fmt::format("{}: each segment must be [id, length]", where));
+        const TraceRequest::Segment segment{item[0].get<int64_t>(), item[1].get<int64_t>()};
+        if (segment.id < 0 || segment.id >= kMaxSegmentId || segment.length < 1 ||
+            segment.length > r.prompt_tokens) {
+            throw Error(
+                fmt::format("{}: segment [{}, {}]: the id must be in [0, 2^40) and the "
+                            "length in [1, prompt_tokens]",
+                            where, segment.id, segment.length));
+        }
+        total += segment.length;
+        segments.push_back(segment);
+    }
+    if (total != r.prompt_tokens) {
+        throw Error(fmt::format("{}: segments add up to {} tokens, prompt_tokens is {}", where,
+                                total, r.prompt_tokens));
+    }
+    return segments;
+}
+
 }  // namespace
+
+void TraceRequest::truncate_prompt(int64_t max_tokens) {
+    if (max_tokens <= 0 || prompt_tokens <= max_tokens) return;
+    prompt_tokens = max_tokens;
+    prefix_tokens = std::min(prefix_tokens, max_tokens);
+    int64_t kept = 0;
+    size_t count = 0;
+    while (count < segments.size() && kept < max_tokens) {
+        segments[count].length = std::min(segments[count].length, max_tokens - kept);
+        kept += segments[count].length;
+        ++count;
+    }
+    segments.resize(count);
+}
 
 std::vector<TraceRequest> load_trace(const std::string& path) {
     std::ifstream file(path);
@@ -53,6 +102,8 @@ std::vector<TraceRequest> load_trace(const std::string& path) {
         if (r.prefix_tokens < 0 || r.prefix_tokens > r.prompt_tokens) {
             throw Error(fmt::format("{}: prefix_tokens must be in [0, prompt_tokens]", where));
         }
+        if (record.contains("segments"))
+            r.segments = parse_segments(record.at("segments"), r, where);
         requests.push_back(r);
     }
     if (requests.empty()) throw Error(fmt::format("trace '{}' holds no requests", path));
@@ -75,6 +126,15 @@ void append_random_ids(std::vector<TokenId>& ids, uint64_t seed, int64_t count,
 std::vector<TokenId> trace_prompt_ids(const TraceRequest& r, int64_t vocab_size, uint64_t salt) {
     const uint64_t salt_bits = salt * 0x9E3779B97F4A7C15ull;  // spreads small salts over all bits
     std::vector<TokenId> ids;
+    if (!r.segments.empty()) {
+        // A segment's ids depend on its id alone: the same segment, wherever
+        // it appears, is the same tokens.
+        for (const TraceRequest::Segment& segment : r.segments) {
+            append_random_ids(ids, ((uint64_t(3) << 44) + uint64_t(segment.id)) ^ salt_bits,
+                              segment.length, vocab_size);
+        }
+        return ids;
+    }
     append_random_ids(ids, (0x9000 + uint64_t(r.prefix_group)) ^ salt_bits, r.prefix_tokens,
                       vocab_size);
     append_random_ids(ids, ((uint64_t(1) << 40) + uint64_t(r.id)) ^ salt_bits,

@@ -3,8 +3,12 @@
 // Lab 4 (chapter 11.4). data/traces/*.jsonl hold one request per line, made
 // by tools/make_traces.py (see data/traces/README.md):
 //   {"id": 0, "prompt_tokens": 178, "output_tokens": 872}
-// and, for prefix-sharing workloads, "prefix_group" and "prefix_tokens": the
-// first prefix_tokens of requests in the same group are the same tokens.
+// and, for prefix-sharing workloads, either "prefix_group" and
+// "prefix_tokens" (the first prefix_tokens of requests in the same group are
+// the same tokens) or, for richer sharing (Lab 11's multi-turn, few-shot and
+// branching traces), "segments": [[segment_id, length], ...], the prompt as
+// consecutive pieces whose ids are drawn from the segment id alone, so two
+// prompts agree exactly as far as their segment lists do.
 #pragma once
 
 #include <cstdint>
@@ -21,11 +25,21 @@ struct TraceRequest {
     int64_t output_tokens = 0;
     int64_t prefix_group = -1;  // -1: no shared prefix
     int64_t prefix_tokens = 0;
+    struct Segment {
+        int64_t id = 0;
+        int64_t length = 0;
+    };
+    std::vector<Segment> segments;  // empty, or lengths summing to prompt_tokens
+
+    // Cuts the prompt to its first `max_tokens` tokens (shared prefix and
+    // segments with it); nothing changes for max_tokens <= 0.
+    void truncate_prompt(int64_t max_tokens);
 };
 
 // Throws servelab::Error naming the file and line of anything malformed:
 // bad JSON, missing or non-integer fields, lengths < 1, a prefix longer than
-// the prompt, or an empty trace.
+// the prompt, segments that are malformed or do not add up to the prompt,
+// or an empty trace.
 std::vector<TraceRequest> load_trace(const std::string& path);
 
 // The prompt of a trace request as token ids in [0, vocab_size): random ids

@@ -13,29 +13,23 @@ int64_t ceil_div(int64_t a, int64_t b) {
 
 }  // namespace
 
-KvBlockManager::KvBlockManager(PagedKvCache& cache, bool enable_prefix_caching) : cache_(cache) {
-    if (enable_prefix_caching) prefix_cache_.emplace(cache_.allocator());
-}
+KvBlockManager::KvBlockManager(PagedKvCache& cache, PrefixCacheKind prefix_cache)
+    : cache_(cache),
+      prefix_cache_kind_(prefix_cache),
+      prefix_cache_(make_prefix_index(prefix_cache, cache.allocator(), cache.block_size())) {}
 
 PagedSequence KvBlockManager::start(std::span<const TokenId> prompt) {
     PagedSequence sequence(cache_.block_size());
     if (!prefix_cache_ || prompt.empty()) return sequence;
-    const int64_t block_size = cache_.block_size();
     // Only blocks that end before the prompt's last token: that token is
     // computed in any case.
-    const int64_t max_hit_blocks = (int64_t(prompt.size()) - 1) / block_size;
-    std::vector<BlockId> hits;
-    BlockHash parent = kRootBlockHash;
-    for (int64_t i = 0; i < max_hit_blocks; ++i) {
-        const auto block_tokens = prompt.subspan(size_t(i * block_size), size_t(block_size));
-        const std::optional<BlockId> block = prefix_cache_->lookup(parent, block_tokens);
-        if (!block) break;
-        sequence.table.append_full_block(*block, cache_.allocator());
-        parent = hash_block(parent, block_tokens);
-        sequence.block_hashes.push_back(parent);
-        hits.push_back(*block);
+    const int64_t max_hit_blocks = (int64_t(prompt.size()) - 1) / cache_.block_size();
+    PrefixMatch hits = prefix_cache_->match(prompt, max_hit_blocks);
+    for (const BlockId block : hits.blocks) {
+        sequence.table.append_full_block(block, cache_.allocator());
     }
-    prefix_cache_->touch(hits);
+    sequence.prefix_node = hits.node;
+    sequence.num_named_blocks = int64_t(hits.blocks.size());
     sequence.num_computed_tokens = sequence.table.num_tokens();
     sequence.num_cached_prompt_tokens = sequence.num_computed_tokens;
     return sequence;
@@ -72,48 +66,48 @@ bool KvBlockManager::reserve(PagedSequence& sequence, int64_t count) {
 void KvBlockManager::commit(PagedSequence& sequence, std::span<const TokenId> tokens) {
     sequence.num_computed_tokens = sequence.table.num_tokens();
     if (!prefix_cache_) return;
-    const int64_t block_size = cache_.block_size();
-    const int64_t full_blocks = sequence.num_computed_tokens / block_size;
-    for (int64_t i = int64_t(sequence.block_hashes.size()); i < full_blocks; ++i) {
-        const BlockHash parent = i == 0 ? kRootBlockHash : sequence.block_hashes[size_t(i - 1)];
-        const auto block_tokens = tokens.subspan(size_t(i * block_size), size_t(block_size));
-        // If this content is already cached under another block, this block
-        // simply stays uncached; the chain goes on either way.
-        prefix_cache_->insert(parent, block_tokens, sequence.table.blocks()[size_t(i)]);
-        sequence.block_hashes.push_back(hash_block(parent, block_tokens));
-    }
+    const int64_t full_blocks = sequence.num_computed_tokens / cache_.block_size();
+    if (full_blocks <= sequence.num_named_blocks) return;
+    // Blocks whose content is cached already under another block simply
+    // stay uncached; the sequence's place in the cache moves on either way.
+    const auto blocks =
+        std::span<const BlockId>(sequence.table.blocks()).first(size_t(full_blocks));
+    sequence.prefix_node = prefix_cache_->insert(tokens, blocks, sequence.prefix_node);
+    sequence.num_named_blocks = full_blocks;
 }
 
 PagedSequence KvBlockManager::fork(const PagedSequence& sequence) {
     PagedSequence copy = sequence;
     copy.table = sequence.table.fork(cache_.allocator());
+    if (prefix_cache_) prefix_cache_->lock(copy.prefix_node);  // two holders now
     return copy;
 }
 
 void KvBlockManager::finish(PagedSequence& sequence) {
-    if (prefix_cache_) {
-        // Last block first, so that the first block is the most recently used.
-        std::vector<BlockId> last_to_first(sequence.table.blocks().rbegin(),
-                                           sequence.table.blocks().rend());
-        prefix_cache_->touch(last_to_first);
-    }
+    if (prefix_cache_) prefix_cache_->release(sequence.prefix_node, sequence.table.blocks());
     sequence.table.free(cache_.allocator());
     sequence.num_computed_tokens = 0;
-    sequence.block_hashes.clear();
+    sequence.num_named_blocks = 0;
+    sequence.prefix_node = kNoPrefixNode;
 }
 
 void KvBlockManager::rollback(PagedSequence& sequence, int64_t num_tokens) {
     sequence.table.truncate(num_tokens, cache_.allocator());
     sequence.num_computed_tokens = std::min(sequence.num_computed_tokens, num_tokens);
-    // Only blocks still full of the sequence's tokens keep their hashes.
-    const size_t full_blocks = size_t(num_tokens / cache_.block_size());
-    if (sequence.block_hashes.size() > full_blocks) sequence.block_hashes.resize(full_blocks);
+    // Only blocks still full of the sequence's tokens count as named.
+    sequence.num_named_blocks =
+        std::min(sequence.num_named_blocks, num_tokens / cache_.block_size());
 }
 
 int64_t KvBlockManager::clear_prefix_cache() {
     int64_t evicted = 0;
     while (prefix_cache_ && prefix_cache_->evict_one()) ++evicted;
     return evicted;
+}
+
+int64_t KvBlockManager::cached_prefix_tokens(std::span<const TokenId> prompt) const {
+    if (!prefix_cache_) return 0;
+    return prefix_cache_->cached_prefix_blocks(prompt) * cache_.block_size();
 }
 
 int64_t KvBlockManager::num_available_blocks() const {

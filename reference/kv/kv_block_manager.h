@@ -12,18 +12,21 @@
 //             that just became full are named in the prefix cache;
 //   fork    — n > 1 completions of one prompt share its blocks;
 //   finish  — releases the blocks (cached ones stay cached).
+// The prefix cache is either kind behind PrefixIndex (prefix_index.h): the
+// hash chain of Lab 4 or the radix tree of Lab 11 (--prefix-cache).
 // The model runner only reads and writes the blocks a table names
 // (ModelRunner::forward with a PagedKvCache).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "reference/kv/block_table.h"
 #include "reference/kv/paged_kv_cache.h"
-#include "reference/kv/prefix_cache.h"
+#include "reference/kv/prefix_index.h"
 
 namespace servelab {
 
@@ -35,8 +38,10 @@ struct PagedSequence {
     int64_t num_computed_tokens = 0;
     // Of the prompt, how many tokens came from the prefix cache.
     int64_t num_cached_prompt_tokens = 0;
-    // The hash chain of this sequence's full blocks, as far as it is known.
-    std::vector<BlockHash> block_hashes;
+    // Of its full blocks, how many have been offered to the prefix cache.
+    int64_t num_named_blocks = 0;
+    // What it holds in the prefix cache (a radix node, locked while held).
+    PrefixNode prefix_node = kNoPrefixNode;
 
     explicit PagedSequence(int64_t block_size) : table(block_size) {}
 };
@@ -44,12 +49,21 @@ struct PagedSequence {
 class KvBlockManager {
   public:
     // `cache` must outlive the manager.
-    KvBlockManager(PagedKvCache& cache, bool enable_prefix_caching);
+    KvBlockManager(PagedKvCache& cache, PrefixCacheKind prefix_cache);
+    // true: the hash cache (Lab 4's default); false: none.
+    KvBlockManager(PagedKvCache& cache, bool enable_prefix_caching)
+        : KvBlockManager(cache,
+                         enable_prefix_caching ? PrefixCacheKind::kHash : PrefixCacheKind::kNone) {}
 
     PagedKvCache& cache() { return cache_; }
-    bool prefix_caching() const { return prefix_cache_.has_value(); }
-    const PrefixCache* prefix_cache() const { return prefix_cache_ ? &*prefix_cache_ : nullptr; }
-    PrefixCache* prefix_cache() { return prefix_cache_ ? &*prefix_cache_ : nullptr; }
+    bool prefix_caching() const { return prefix_cache_ != nullptr; }
+    PrefixCacheKind prefix_cache_kind() const { return prefix_cache_kind_; }
+    const PrefixIndex* prefix_cache() const { return prefix_cache_.get(); }
+    PrefixIndex* prefix_cache() { return prefix_cache_.get(); }
+    // How many leading tokens of `prompt` the prefix cache holds (whole
+    // blocks; 0 without one). Changes nothing: the cache-aware scheduling
+    // policy asks it of every waiting request.
+    int64_t cached_prefix_tokens(std::span<const TokenId> prompt) const;
     // Evicts every cached block no sequence holds; returns how many.
     int64_t clear_prefix_cache();
 
@@ -71,6 +85,8 @@ class KvBlockManager {
     // and blocks that then hold none of its tokens return to the pool. A
     // block already named in the prefix cache stays cached (the cache holds
     // its own reference): its rows still match the tokens it was named for.
+    // (A radix node the sequence holds stays held until finish: a lock on
+    // blocks it no longer uses delays their eviction, never corrupts them.)
     // Throws servelab::Error unless 0 <= num_tokens <= table.num_tokens().
     void rollback(PagedSequence& sequence, int64_t num_tokens);
 
@@ -86,7 +102,8 @@ class KvBlockManager {
     int64_t blocks_needed(const BlockTable& table, int64_t count) const;
 
     PagedKvCache& cache_;
-    std::optional<PrefixCache> prefix_cache_;
+    PrefixCacheKind prefix_cache_kind_;
+    std::unique_ptr<PrefixIndex> prefix_cache_;
     std::vector<BlockCopy> pending_copies_;
 };
 

@@ -23,7 +23,7 @@ BlockHash hash_block(BlockHash parent, std::span<const TokenId> block_tokens) {
 }
 
 std::optional<BlockId> PrefixCache::lookup(BlockHash parent,
-                                           std::span<const TokenId> block_tokens) {
+                                           std::span<const TokenId> block_tokens) const {
     const auto found = entries_.find(hash_block(parent, block_tokens));
     if (found == entries_.end()) return std::nullopt;
     const Entry& entry = found->second;
@@ -75,6 +75,51 @@ int64_t PrefixCache::num_evictable() const {
         if (allocator_.ref_count(block) == 1) ++count;
     }
     return count;
+}
+
+PrefixMatch PrefixCache::match(std::span<const TokenId> tokens, int64_t max_blocks) {
+    PrefixMatch found;
+    BlockHash parent = kRootBlockHash;
+    for (int64_t i = 0; i < max_blocks && (i + 1) * block_size_ <= int64_t(tokens.size()); ++i) {
+        const auto block_tokens = tokens.subspan(size_t(i * block_size_), size_t(block_size_));
+        const std::optional<BlockId> block = lookup(parent, block_tokens);
+        if (!block) break;
+        found.blocks.push_back(*block);
+        parent = hash_block(parent, block_tokens);
+    }
+    touch(found.blocks);
+    return found;
+}
+
+int64_t PrefixCache::cached_prefix_blocks(std::span<const TokenId> tokens) const {
+    int64_t count = 0;
+    BlockHash parent = kRootBlockHash;
+    for (; (count + 1) * block_size_ <= int64_t(tokens.size()); ++count) {
+        const auto block_tokens = tokens.subspan(size_t(count * block_size_), size_t(block_size_));
+        if (!lookup(parent, block_tokens)) break;
+        parent = hash_block(parent, block_tokens);
+    }
+    return count;
+}
+
+PrefixNode PrefixCache::insert(std::span<const TokenId> tokens, std::span<const BlockId> blocks,
+                               PrefixNode) {
+    // The chain is recomputed from the first block: a block's name depends on
+    // every token before it. (Hashing is cheap next to the forward pass that
+    // filled the block.) Blocks named already are skipped by insert's check.
+    BlockHash parent = kRootBlockHash;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+        const auto block_tokens = tokens.subspan(i * size_t(block_size_), size_t(block_size_));
+        if (!contains(blocks[i])) insert(parent, block_tokens, blocks[i]);
+        parent = hash_block(parent, block_tokens);
+    }
+    return kNoPrefixNode;
+}
+
+void PrefixCache::release(PrefixNode, std::span<const BlockId> blocks) {
+    // Last block first, so that the first block is the most recently used.
+    std::vector<BlockId> last_to_first(blocks.rbegin(), blocks.rend());
+    touch(last_to_first);
 }
 
 }  // namespace servelab

@@ -20,6 +20,12 @@
 // of the chain reachable, evicting its head would strand every block after it.
 //
 // Partial blocks are never cached: their contents are still changing.
+//
+// It implements PrefixIndex (prefix_index.h), the interface the block
+// manager uses; Lab 11's radix cache is the other implementation. Its
+// eviction walks the blocks from the least recently used until it finds one
+// no sequence holds, and num_evictable counts them all: both are scans,
+// paid every step the scheduler asks — the radix cache keeps both O(log n).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +36,7 @@
 #include <vector>
 
 #include "reference/kv/block_allocator.h"
+#include "reference/kv/prefix_index.h"
 #include "reference/model/tokenizer.h"
 
 namespace servelab {
@@ -42,16 +49,28 @@ inline constexpr BlockHash kRootBlockHash = 0x5e27e1ab5eed0001ULL;
 // H(parent, tokens): a 64-bit hash of the parent's hash and the block's ids.
 BlockHash hash_block(BlockHash parent, std::span<const TokenId> block_tokens);
 
-class PrefixCache {
+class PrefixCache : public PrefixIndex {
   public:
     // The cache retains and releases blocks through `allocator`, which must
-    // outlive it.
-    explicit PrefixCache(BlockAllocator& allocator) : allocator_(allocator) {}
+    // outlive it; sequences' blocks hold `block_size` tokens.
+    PrefixCache(BlockAllocator& allocator, int64_t block_size)
+        : allocator_(allocator), block_size_(block_size) {}
+
+    // PrefixIndex, in terms of the hash chain below. A sequence's place in
+    // the cache is its hash chain, so the node handles are all kNoPrefixNode
+    // and lock does nothing: a block a sequence holds has a reference count
+    // above 1, and that alone keeps evict_one off it.
+    PrefixMatch match(std::span<const TokenId> tokens, int64_t max_blocks) override;
+    int64_t cached_prefix_blocks(std::span<const TokenId> tokens) const override;
+    PrefixNode insert(std::span<const TokenId> tokens, std::span<const BlockId> blocks,
+                      PrefixNode held) override;
+    void lock(PrefixNode) override {}
+    void release(PrefixNode node, std::span<const BlockId> blocks) override;
 
     // The cached block for (parent, tokens), or nullopt. A hit is verified
     // against the stored parent hash and token ids, so a 64-bit collision
     // cannot return the wrong keys and values. Does not retain the block.
-    std::optional<BlockId> lookup(BlockHash parent, std::span<const TokenId> block_tokens);
+    std::optional<BlockId> lookup(BlockHash parent, std::span<const TokenId> block_tokens) const;
 
     // Names `block` (full, computed) as (parent, tokens) and retains it.
     // Returns false, and does nothing, when that content is already cached
@@ -65,12 +84,12 @@ class PrefixCache {
     // Evicts the least recently used block no sequence holds (its reference
     // goes back to the allocator, which frees it). Returns false when every
     // cached block is in use.
-    bool evict_one();
+    bool evict_one() override;
     // Blocks that evict_one could free right now.
-    int64_t num_evictable() const;
+    int64_t num_evictable() const override;
 
-    int64_t num_cached_blocks() const { return int64_t(entries_.size()); }
-    bool contains(BlockId block) const { return hash_of_block_.count(block) != 0; }
+    int64_t num_cached_blocks() const override { return int64_t(entries_.size()); }
+    bool contains(BlockId block) const override { return hash_of_block_.count(block) != 0; }
 
   private:
     struct Entry {
@@ -81,6 +100,7 @@ class PrefixCache {
     };
 
     BlockAllocator& allocator_;
+    int64_t block_size_;
     std::unordered_map<BlockHash, Entry> entries_;
     std::unordered_map<BlockId, BlockHash> hash_of_block_;
     // Cached blocks by (last use, block id): eviction walks it from the oldest.

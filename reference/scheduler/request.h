@@ -36,6 +36,9 @@ struct Request {
     PagedSequence kv;             // its blocks; kv.num_computed_tokens is its progress
     RequestStatus status = RequestStatus::kWaiting;
     int64_t num_preemptions = 0;
+    // The longest-prefix-match policy only: how many requests behind this
+    // one in the queue were admitted before it (its starvation count).
+    int64_t num_overtaken = 0;
     // Static batching only: the request has finished (its result is out) but
     // its row stays in the batch, computed and discarded, until the batch ends.
     bool padding = false;

@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "reference/kv/kv_block_manager.h"
@@ -45,7 +46,20 @@
 
 namespace servelab {
 
-enum class SchedulingPolicy { kFcfs, kPriority };
+// Which waiting request is admitted next:
+//   kFcfs      the front of the queue (arrival order; preempted ones first);
+//   kPriority  the smallest Request::priority, queue order among equals;
+//   kLpm       longest prefix match (SGLang's cache-aware policy, Lab 11):
+//              the request whose prompt the prefix cache holds most of, so
+//              requests sharing a cached prefix run while it is resident
+//              instead of after it has been evicted. Starvation bound: a
+//              request that later requests have overtaken lpm_max_overtakes
+//              times is admitted before any other (the oldest such first), so
+//              no request is overtaken more than lpm_max_overtakes times.
+enum class SchedulingPolicy { kFcfs, kPriority, kLpm };
+
+// "fcfs", "priority" or "lpm"; throws servelab::Error for anything else.
+SchedulingPolicy parse_scheduling_policy(const std::string& name);
 
 struct SchedulerConfig {
     int64_t max_num_batched_tokens = 512;  // tokens computed per step, all requests together
@@ -74,6 +88,11 @@ struct SchedulerConfig {
     // (Request::padding; the engine keeps computing and discarding a token
     // for it each step) until the slowest request of the batch is done.
     bool static_batching = false;
+    // kLpm: the starvation bound (above), and how many requests from the
+    // front of the queue it compares (SGLang also stops sorting a long
+    // queue): each comparison walks one prompt through the cache.
+    int64_t lpm_max_overtakes = 32;
+    int64_t lpm_window = 128;
 };
 
 // `request` computes tokens [kv.num_computed_tokens, + num_tokens) this step;
@@ -131,6 +150,7 @@ class Scheduler {
     // Removes `request`'s chunk, if any, from this step's batch and refunds its tokens.
     void take_out_of_batch(const Request& request, int64_t& budget, SchedulerOutput& out);
     std::deque<Request*>::iterator next_waiting();
+    std::deque<Request*>::iterator longest_prefix_match();
 
     KvBlockManager& kv_;
     SchedulerConfig config_;

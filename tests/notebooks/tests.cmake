@@ -38,6 +38,10 @@
 #                                   GPTQ at 4 and 3 bits and several group sizes, with file size,
 #                                   decode speed and quantization time (tools/quant_table.py; small
 #                                   mode: a tiny model, 64-token windows)
+#   notebook_lab11_radix_attention  prefix hits and tokens computed for hash+FCFS, radix+FCFS and
+#                                   radix+LPM on four traces and five pool sizes (bench prefix-cache,
+#                                   no model); throughput and TTFT with the model (tools/radix_table.py;
+#                                   small mode: a tiny model, 4 requests); a drawing of the tree
 #   notebook_serving_latency        TTFT/TPOT/E2E percentiles, throughput and goodput against the
 #                                   request rate (tools/serve_side_by_side.py; small mode: servelab
 #                                   alone on a tiny model, no llama.cpp)
@@ -68,7 +72,7 @@ if(servelab_notebooks_ready)
     "OMP_NUM_THREADS=1")
   foreach(notebook lab01_naive_decoding lab02_kv_cache lab03_kv_compression lab04_paged_attention
                   lab05_continuous_batching lab06_speculative_decoding lab07_tensor_parallelism
-                  lab08_kernels lab09_flash_attention lab10_weight_quantization serving_latency)
+                  lab08_kernels lab09_flash_attention lab10_weight_quantization lab11_radix_attention serving_latency)
     add_test(NAME notebook_${notebook}
       COMMAND ${SERVELAB_PYTHON} -m jupyter nbconvert --to notebook --execute
               --ExecutePreprocessor.timeout=240

@@ -63,7 +63,7 @@ TEST(PrefixCache, HashChainNamesTheWholePrefix) {
 
 TEST(PrefixCache, LookupFindsOnlyTheSameParentAndTokens) {
     BlockAllocator allocator(4);
-    PrefixCache cache(allocator);
+    PrefixCache cache(allocator, 3);
     const std::vector<TokenId> tokens = {1, 2, 3};
     const BlockId block = allocator.allocate();
     EXPECT_TRUE(cache.insert(kRootBlockHash, tokens, block));
@@ -124,7 +124,7 @@ TEST(PrefixCache, EvictsLeastRecentlyUsedAndARequestsLastBlocksFirst) {
     compute(kv, new_seq, new_prompt);
     const std::vector<BlockId> b = new_seq.table.blocks();
     kv.finish(new_seq);
-    PrefixCache& cache = *kv.prefix_cache();
+    PrefixIndex& cache = *kv.prefix_cache();
     ASSERT_EQ(cache.num_cached_blocks(), 5);
 
     // The older request goes first, and within it the last block first.
@@ -174,7 +174,7 @@ void check_invariants(KvBlockManager& kv, const std::vector<LiveSequence>& live,
         for (BlockId block : s.kv.table.blocks()) ++holders[block];
     }
     const BlockAllocator& allocator = kv.cache().allocator();
-    const PrefixCache& cache = *kv.prefix_cache();
+    const PrefixIndex& cache = *kv.prefix_cache();
     int64_t in_use = 0;
     for (BlockId block = 0; block < allocator.num_blocks(); ++block) {
         const auto it = holders.find(block);

@@ -157,7 +157,8 @@ TEST_F(SpeculativeEngine, AfterEveryStepBothCachesHoldExactlyTheKeptTokens) {
     EngineConfig config;
     config.num_kv_blocks = 256;
     config.block_size = block_size;
-    config.prefix_caching = false;  // blocks in use then count exactly the computed tokens
+    config.prefix_cache =
+        PrefixCacheKind::kNone;  // blocks in use then count exactly the computed tokens
     Engine engine(*model_, *runner_, config);
     std::unique_ptr<ModelDrafter> drafter = make_drafter("draft-model", 256);
     engine.add_drafter("draft-model", *drafter);
@@ -301,10 +302,10 @@ TEST_F(SpeculativeEngine, SampledTokensFollowTheTargetsDistribution) {
             const auto [statistic, df] =
                 two_sample_chi_square(plain[position], speculative[position]);
             ASSERT_GE(df, 1);
-            if (position == 1) std::printf("%s: %lld drafted, %lld accepted\n", name,
-                                       static_cast<long long>(drafted),
-                                       static_cast<long long>(accepted));
-        std::printf("%s, token %zu: chi-square %.1f at %lld degrees of freedom (limit %.1f)\n",
+            if (position == 1)
+                std::printf("%s: %lld drafted, %lld accepted\n", name,
+                            static_cast<long long>(drafted), static_cast<long long>(accepted));
+            std::printf("%s, token %zu: chi-square %.1f at %lld degrees of freedom (limit %.1f)\n",
                         name, position + 1, statistic, static_cast<long long>(df),
                         chi_square_limit(df, 5.2));
             EXPECT_LT(statistic, chi_square_limit(df, 5.2))

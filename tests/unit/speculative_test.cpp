@@ -281,31 +281,34 @@ TEST(BlockTableRollback, ASharedPartlyKeptBlockIsCopiedOnTheNextWrite) {
 }
 
 TEST(KvRollback, ForgetsTokensHashesAndBlocksButNotWhatThePrefixCacheNamed) {
-    PagedKvCache pool(test::one_float_config(), 16, 4);
-    KvBlockManager kv(pool, /*enable_prefix_caching=*/true);
-    const std::vector<TokenId> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
-    PagedSequence seq = kv.start(tokens);
-    ASSERT_TRUE(kv.reserve(seq, 10));
-    kv.commit(seq, tokens);  // blocks 0 and 1 are full: named in the prefix cache
-    ASSERT_EQ(seq.block_hashes.size(), 2u);
-    const BlockId second = seq.table.blocks()[1];
-    const BlockId third = seq.table.blocks()[2];
+    for (const PrefixCacheKind kind : {PrefixCacheKind::kHash, PrefixCacheKind::kRadix}) {
+        SCOPED_TRACE(prefix_cache_kind_name(kind));
+        PagedKvCache pool(test::one_float_config(), 16, 4);
+        KvBlockManager kv(pool, kind);
+        const std::vector<TokenId> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+        PagedSequence seq = kv.start(tokens);
+        ASSERT_TRUE(kv.reserve(seq, 10));
+        kv.commit(seq, tokens);  // blocks 0 and 1 are full: named in the prefix cache
+        ASSERT_EQ(seq.num_named_blocks, 2);
+        const BlockId second = seq.table.blocks()[1];
+        const BlockId third = seq.table.blocks()[2];
 
-    kv.rollback(seq, 6);  // 2 verified tokens kept in the second block, 4 rejected
-    EXPECT_EQ(seq.table.num_tokens(), 6);
-    EXPECT_EQ(seq.num_computed_tokens, 6);
-    EXPECT_EQ(seq.block_hashes.size(), 1u);
-    EXPECT_EQ(pool.allocator().ref_count(third), 0);  // back in the pool
-    EXPECT_TRUE(kv.prefix_cache()->contains(second));
-    // The next write into the second block must not change what the cache
-    // named: the block is shared with the cache, so it is copied first.
-    ASSERT_TRUE(kv.reserve(seq, 1));
-    EXPECT_NE(seq.table.blocks()[1], second);
-    EXPECT_TRUE(kv.prefix_cache()->contains(second));
-
-    kv.rollback(seq, 0);
-    EXPECT_TRUE(seq.table.blocks().empty());
-    EXPECT_THROW(kv.rollback(seq, 1), Error);
+        kv.rollback(seq, 6);  // 2 verified tokens kept in the second block, 4 rejected
+        EXPECT_EQ(seq.table.num_tokens(), 6);
+        EXPECT_EQ(seq.num_computed_tokens, 6);
+        EXPECT_EQ(seq.num_named_blocks, 1);
+        EXPECT_EQ(pool.allocator().ref_count(third), 0);  // back in the pool
+        EXPECT_TRUE(kv.prefix_cache()->contains(second));
+        // The next write into the second block must not change what the cache
+        // named: the block is shared with the cache, so it is copied first.
+        ASSERT_TRUE(kv.reserve(seq, 1));
+        EXPECT_NE(seq.table.blocks()[1], second);
+        EXPECT_TRUE(kv.prefix_cache()->contains(second));
+        kv.rollback(seq, 0);
+        EXPECT_TRUE(seq.table.blocks().empty());
+        EXPECT_THROW(kv.rollback(seq, 1), Error);
+        kv.finish(seq);
+    }
 }
 
 }  // namespace

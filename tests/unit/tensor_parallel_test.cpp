@@ -463,7 +463,7 @@ EngineRun run_engine(const Model& model, ModelRunner& runner,
     config.scheduler.max_num_batched_tokens = 24;
     config.num_kv_blocks = 40;
     config.block_size = 4;
-    config.prefix_caching = false;  // so every block is free again at the end
+    config.prefix_cache = PrefixCacheKind::kNone;  // so every block is free again at the end
     Engine engine(model, runner, config);
     SamplingParams params;
     params.max_tokens = 10;

@@ -6,8 +6,11 @@
 // different work.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 
+#include "reference/common/error.h"
 #include "reference/experiments/trace.h"
 #include "reference/model/gguf_reader.h"
 #include "tests/unit/test_util.h"
@@ -33,6 +36,53 @@ TEST(TracePrompt, TextIsOneWordPerTokenAndSharesItsGroupsPrefix) {
     }
     EXPECT_EQ(text_a.substr(0, end_a), text_b.substr(0, end_b));
     EXPECT_NE(text_a.substr(end_a), text_b.substr(end_b).substr(0, text_a.size() - end_a));
+}
+
+// Lab 11's traces: a prompt as segments, each drawn from its id alone, so two
+// prompts agree exactly as far as their segment lists do.
+TEST(TracePrompt, SegmentsAgreeAsFarAsTheirListsDo) {
+    const TraceRequest a{
+        .id = 1, .prompt_tokens = 30, .output_tokens = 1, .segments = {{7, 10}, {8, 20}}};
+    const TraceRequest b{
+        .id = 2, .prompt_tokens = 25, .output_tokens = 1, .segments = {{7, 10}, {9, 15}}};
+    const std::vector<TokenId> ids_a = trace_prompt_ids(a, 50000),
+                               ids_b = trace_prompt_ids(b, 50000);
+    ASSERT_EQ(ids_a.size(), 30u);
+    ASSERT_EQ(ids_b.size(), 25u);
+    EXPECT_TRUE(std::equal(ids_a.begin(), ids_a.begin() + 10, ids_b.begin()));
+    EXPECT_NE(std::vector<TokenId>(ids_a.begin() + 10, ids_a.begin() + 25),
+              std::vector<TokenId>(ids_b.begin() + 10, ids_b.end()));
+    TraceRequest cut = a;
+    cut.truncate_prompt(14);
+    EXPECT_EQ(cut.prompt_tokens, 14);
+    ASSERT_EQ(cut.segments.size(), 2u);
+    EXPECT_EQ(cut.segments[1].length, 4);
+    EXPECT_EQ(trace_prompt_ids(cut, 50000),
+              std::vector<TokenId>(ids_a.begin(), ids_a.begin() + 14));
+}
+
+TEST(TracePrompt, MalformedSegmentsAreOneLineErrorsNamingTheLine) {
+    const std::string path = ::testing::TempDir() + "/bad_segments.jsonl";
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {R"({"prompt_tokens": 5, "output_tokens": 1, "segments": [[1, 4]]})", "add up to 4"},
+        {R"({"prompt_tokens": 5, "output_tokens": 1, "segments": [[1, 5, 2]]})", "[id, length]"},
+        {R"({"prompt_tokens": 5, "output_tokens": 1, "segments": [[-1, 5]]})", "2^40"},
+        {R"({"prompt_tokens": 5, "output_tokens": 1, "segments": []})", "non-empty"},
+        {R"({"prompt_tokens": 5, "output_tokens": 1, "prefix_tokens": 2, "segments": [[1, 5]]})",
+         "not both"}};
+    for (const auto& [line, expected] : cases) {
+        {
+            std::ofstream file(path);
+            file << line << "\n";
+        }
+        try {
+            load_trace(path);
+            ADD_FAILURE() << "accepted " << line;
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(":1: "), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+        }
+    }
 }
 
 TEST(TracePrompt, EveryWordIsOneSmolLm2Token) {

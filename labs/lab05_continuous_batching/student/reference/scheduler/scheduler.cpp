@@ -123,15 +123,6 @@ void Scheduler::add_draft_slots(ScheduledChunk& chunk, int64_t& budget) {
     budget -= wanted;
 }
 
-std::deque<Request*>::iterator Scheduler::next_waiting() {
-    if (config_.policy == SchedulingPolicy::kFcfs) return waiting_.begin();
-    // Smallest priority value first; the queue order (arrival, or preempted
-    // first) breaks ties.
-    return std::min_element(
-        waiting_.begin(), waiting_.end(),
-        [](const Request* a, const Request* b) { return a->priority < b->priority; });
-}
-
 Request* Scheduler::make_room(int64_t& budget, SchedulerOutput& out) {
     // A static batch's padding rows go first, and for good: they have finished.
     for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
