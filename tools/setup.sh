@@ -2,7 +2,9 @@
 # setup.sh — install what servelab needs, skipping what is already there.
 #
 # 1. Debian packages: installed with apt-get when run as root; otherwise the
-#    one apt-get line to run is printed and setup stops.
+#    one apt-get line to run is printed and setup stops. nginx is there for
+#    tests/e2e/test_router_nginx.py only, which runs its own nginx as a plain
+#    process: its service is kept from starting (or squatting on port 80).
 # 2. Python tools in a project-local virtual environment (.venv).
 # 3. The default model (tools/fetch_model.py), checked by sha256.
 # 4. The calibration and evaluation text of Lab 10 (tools/make_text_data.py:
@@ -18,6 +20,7 @@ DEB_PACKAGES=(
   libopenmpi-dev openmpi-bin
   libcpp-httplib-dev pkg-config
   bible-kjv bible-kjv-text
+  nginx
 )
 
 # True when `pkg` must be installed. python3 and python3-venv count as
@@ -41,8 +44,20 @@ if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     echo "setup: installing Debian packages: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
+    # Debian starts a service at install (nginx: on port 80, and the install fails
+    # if that port is taken). A policy-rc.d that answers 101 ("not allowed") keeps
+    # it stopped, in a container without systemd or on a host with it; one that
+    # is already there (Docker images have one) is left alone.
+    policy=/usr/sbin/policy-rc.d
+    if [ ! -e "$policy" ]; then
+      printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy"
+      trap 'rm -f "$policy"' EXIT
+    fi
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    if [ -d /run/systemd/system ] && [[ " ${missing[*]} " == *" nginx "* ]]; then
+      systemctl disable -q nginx 2>/dev/null || true  # nor at the next boot
+    fi
   else
     echo "setup: missing Debian packages. Run this once, then re-run make:" >&2
     echo "  sudo apt-get install -y ${missing[*]}" >&2

@@ -16,9 +16,11 @@
 
 namespace servelab::cli {
 
-void ModelOptions::add_to(CLI::App& command) {
-    command.add_option("-m,--model", path, "GGUF model file (llama architecture)")
-        ->capture_default_str();
+void ModelOptions::add_to(CLI::App& command, bool with_model_flag) {
+    if (with_model_flag) {
+        command.add_option("-m,--model", path, "GGUF model file (llama architecture)")
+            ->capture_default_str();
+    }
     command.add_option("-t,--threads", threads, "CPU threads (0 = all cores)")
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();

@@ -37,7 +37,9 @@ struct ModelOptions {
 
     MatmulMode matmul_mode() const;
 
-    void add_to(CLI::App& command);
+    // `with_model_flag` false leaves -m/--model to the command (serve takes
+    // several).
+    void add_to(CLI::App& command, bool with_model_flag = true);
     // Applies --threads, loads the model and logs what was loaded.
     Model load() const;
 };

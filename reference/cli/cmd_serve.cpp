@@ -1,13 +1,17 @@
 // cmd_serve.cpp — `servelab serve`: the OpenAI-compatible server (chapter 11.7).
 //
-// Loads the model, serves HTTP (reference/server/http_server.h, its
-// connections managed by http_listener.h) and runs the continuous-batching
-// engine loop (reference/server/engine_loop.h) on the main thread, the one
-// that already ran the model's OpenMP work (engine_loop.h says why that
-// matters). Binds 127.0.0.1:8000 by default. SIGTERM or SIGINT (Ctrl-C)
+// Loads the model (or several: --model a.gguf --model b.gguf, each with its
+// own engine and KV pool, the --kv-memory budget split between them as
+// --kv-share says and shown at start), serves HTTP
+// (reference/server/http_server.h, its connections managed by
+// http_listener.h) and runs the continuous-batching engine loops
+// (reference/server/engine_loop.h) on the main thread, the one that already
+// ran the models' OpenMP work (engine_loop.h says why that matters), one
+// step of each model with work in turn. Binds 127.0.0.1:8000 by default. SIGTERM or SIGINT (Ctrl-C)
 // shuts down gracefully: new requests get 503, admitted ones finish and are
 // answered, and whatever still runs after --drain-timeout is cancelled and
 // answered; then the process exits 0. A second signal exits at once.
+#include <fmt/format.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
@@ -16,6 +20,7 @@
 #include <filesystem>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
@@ -30,7 +35,10 @@ namespace servelab::cli {
 namespace {
 
 struct ServeOptions {
-    ModelOptions model;
+    ModelOptions model;  // threads and kernels; the paths are below
+    std::vector<std::string> model_paths{kDefaultModelPath};
+    std::vector<std::string> served_model_names;
+    std::vector<double> kv_shares;  // empty: the same number of tokens for each model
     CacheOptions cache;
     SpeculationOptions speculation;
     ServerOptions server;
@@ -61,10 +69,142 @@ struct ServeOptions {
     }
 };
 
-// The model's name for /v1/models: --served-model-name, else the file's stem.
-std::string served_name(const ServeOptions& opts) {
-    if (!opts.server.model_name.empty()) return opts.server.model_name;
-    return std::filesystem::path(opts.model.path).stem().string();
+// Model i's name for /v1/models: the i-th --served-model-name, else the file's stem.
+std::string served_name(const ServeOptions& opts, size_t i) {
+    if (i < opts.served_model_names.size()) return opts.served_model_names[i];
+    return std::filesystem::path(opts.model_paths[i]).stem().string();
+}
+
+// One served model and everything that runs it, in construction order (the
+// drafter before the engine, which uses it, and so is destroyed after it).
+struct ServedEngine {
+    std::string name;
+    Model model;
+    int64_t kv_budget_bytes = 0;
+    std::unique_ptr<PagedKvCache> pool;
+    std::unique_ptr<KvBlockManager> kv;
+    std::unique_ptr<ModelRunner> runner;
+    SpeculationOptions::LoadedDrafter drafter;
+    std::unique_ptr<Engine> engine;
+    std::unique_ptr<EngineLoop> loop;
+};
+
+// Each model's share of the KV budget. The default gives every model the
+// same number of tokens: a small model's tokens cost fewer bytes, so it gets
+// fewer bytes. --kv-share W1,W2,… splits the bytes by those weights instead.
+std::vector<int64_t> split_kv_budget(const ServeOptions& opts, int64_t budget_bytes,
+                                     const std::vector<std::unique_ptr<ServedEngine>>& served) {
+    std::vector<double> weights;
+    for (size_t i = 0; i < served.size(); ++i) {
+        weights.push_back(
+            opts.kv_shares.empty()
+                ? double(PagedKvCache::block_bytes(served[i]->model.config, opts.cache.block_size))
+                : opts.kv_shares[i]);
+    }
+    double total_weight = 0;
+    for (const double w : weights) total_weight += w;
+    std::vector<int64_t> budgets;
+    for (const double w : weights)
+        budgets.push_back(int64_t(double(budget_bytes) * w / total_weight));
+    return budgets;
+}
+
+void check_model_options(const ServeOptions& opts) {
+    if (opts.served_model_names.size() > opts.model_paths.size()) {
+        throw Error(fmt::format("serve: {} --served-model-name for {} --model",
+                                opts.served_model_names.size(), opts.model_paths.size()));
+    }
+    if (!opts.kv_shares.empty() && opts.kv_shares.size() != opts.model_paths.size()) {
+        throw Error(fmt::format("serve: --kv-share gives {} weights for {} models",
+                                opts.kv_shares.size(), opts.model_paths.size()));
+    }
+    for (size_t i = 0; i < opts.model_paths.size(); ++i) {
+        for (size_t j = 0; j < i; ++j) {
+            if (served_name(opts, i) == served_name(opts, j)) {
+                throw Error(fmt::format(
+                    "serve: two models are named '{}' (give each its own --served-model-name)",
+                    served_name(opts, i)));
+            }
+        }
+    }
+    for (const double share : opts.kv_shares) {
+        if (!(share > 0)) throw Error("serve: every --kv-share weight must be above 0");
+    }
+    if (opts.model_paths.size() > 1 && opts.speculation.enabled() &&
+        opts.speculation.drafter == "draft-model") {
+        throw Error(
+            "serve: --drafter draft-model drafts for one target: serve one model with it, or use "
+            "the ngram or early-exit drafter");
+    }
+}
+
+// Loads every model and builds its pool, engine and loop; logs the split.
+std::vector<std::unique_ptr<ServedEngine>> build_engines(const ServeOptions& opts) {
+    check_model_options(opts);
+    std::vector<std::unique_ptr<ServedEngine>> served;
+    int64_t weights_bytes = 0;
+    for (size_t i = 0; i < opts.model_paths.size(); ++i) {
+        ModelOptions model_options = opts.model;
+        model_options.path = opts.model_paths[i];
+        served.push_back(std::make_unique<ServedEngine>(
+            ServedEngine{.name = served_name(opts, i), .model = model_options.load()}));
+        const Model& model = served.back()->model;
+        if (!opts.cache.paged(model.config)) {
+            throw Error(
+                fmt::format("serve: the server needs the paged KV cache ({}: this model "
+                            "or --kv-layout has none)",
+                            opts.model_paths[i]));
+        }
+        weights_bytes += int64_t(model.file.file_size());
+    }
+    // One budget for all, checked against all the weights, then split.
+    const int64_t budget_bytes =
+        opts.cache.checked_budget_bytes(physical_memory_bytes(), weights_bytes, "physical memory");
+    const std::vector<int64_t> budgets = split_kv_budget(opts, budget_bytes, served);
+    const std::shared_ptr<LoopSignal> signal = std::make_shared<LoopSignal>();
+    SchedulerConfig scheduler = opts.scheduler;
+    scheduler.chunked_prefill = !opts.no_chunked_prefill;
+    scheduler.policy = parse_scheduling_policy(opts.policy);
+    if (served.size() > 1) {
+        spdlog::info(
+            "KV memory {} (--kv-memory {}), split {}:", format_bytes(budget_bytes),
+            opts.cache.memory,
+            opts.kv_shares.empty() ? "for the same number of tokens per model" : "by --kv-share");
+    }
+    for (size_t i = 0; i < served.size(); ++i) {
+        ServedEngine& s = *served[i];
+        const Model& model = s.model;
+        s.kv_budget_bytes = budgets[i];
+        const int64_t num_blocks =
+            PagedKvCache::blocks_for_budget(model.config, opts.cache.block_size, budgets[i]);
+        if (served.size() > 1) {
+            spdlog::info("  '{}': weights {}, KV {} = {} blocks of {} tokens ({} tokens)", s.name,
+                         format_bytes(int64_t(model.file.file_size())), format_bytes(budgets[i]),
+                         num_blocks, opts.cache.block_size, num_blocks * opts.cache.block_size);
+        }
+        s.pool = std::make_unique<PagedKvCache>(model.config, num_blocks, opts.cache.block_size);
+        s.kv = std::make_unique<KvBlockManager>(*s.pool, opts.cache.prefix_cache_kind());
+        s.runner =
+            std::make_unique<ModelRunner>(model.config, model.weights, opts.cache.mla_mode());
+        if (!scheduler.chunked_prefill &&
+            scheduler.max_num_batched_tokens < model.config.context_length) {
+            spdlog::warn(
+                "--no-chunked-prefill: a step holds a request's whole prompt (and, after a "
+                "preemption, its output so far), so requests to '{}' that could grow past "
+                "--max-num-batched-tokens {} tokens are refused with 400 (the context is {})",
+                s.name, scheduler.max_num_batched_tokens, model.config.context_length);
+        }
+        s.engine = std::make_unique<Engine>(model, *s.runner, *s.kv, scheduler);
+        if (opts.speculation.enabled()) {
+            s.drafter =
+                opts.speculation.load_drafter(model, num_blocks, opts.cache.block_size, i == 0);
+            if (s.drafter.drafter)
+                s.engine->add_drafter(opts.speculation.drafter, *s.drafter.drafter);
+        }
+        s.loop = std::make_unique<EngineLoop>(
+            *s.engine, EngineLoopConfig{.max_waiting = opts.max_waiting}, signal);
+    }
+    return served;
 }
 
 void serve(const ServeOptions& opts) {
@@ -76,44 +216,27 @@ void serve(const ServeOptions& opts) {
     sigaddset(&signals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-    const Model model = opts.model.load();
-    if (!opts.cache.paged(model.config)) {
-        throw Error(
-            "serve: the server needs the paged KV cache (this model or --kv-layout has none)");
+    const std::vector<std::unique_ptr<ServedEngine>> served = build_engines(opts);
+    std::vector<ServedModel> models;
+    std::vector<EngineLoop*> loops;
+    std::string names;
+    for (const auto& s : served) {
+        models.push_back({s->name, &s->model, s->loop.get()});
+        loops.push_back(s->loop.get());
+        names += (names.empty() ? "'" : ", '") + s->name + "'";
     }
-    const int64_t num_blocks = PagedKvCache::blocks_for_budget(model.config, opts.cache.block_size,
-                                                               opts.cache.cpu_budget_bytes(model));
-    PagedKvCache pool(model.config, num_blocks, opts.cache.block_size);
-    KvBlockManager kv(pool, opts.cache.prefix_cache_kind());
-    ModelRunner runner(model.config, model.weights, opts.cache.mla_mode());
-    SchedulerConfig scheduler = opts.scheduler;
-    scheduler.chunked_prefill = !opts.no_chunked_prefill;
-    scheduler.policy = parse_scheduling_policy(opts.policy);
-    if (!scheduler.chunked_prefill &&
-        scheduler.max_num_batched_tokens < model.config.context_length) {
-        spdlog::warn(
-            "--no-chunked-prefill: a step holds a request's whole prompt (and, after a "
-            "preemption, its output so far), so requests that could grow past "
-            "--max-num-batched-tokens {} tokens are refused with 400 (the context is {})",
-            scheduler.max_num_batched_tokens, model.config.context_length);
-    }
-    SpeculationOptions::LoadedDrafter drafter;  // declared first: it outlives the engine
-    Engine engine(model, runner, kv, scheduler);
-    if (opts.speculation.enabled()) {
-        drafter = opts.speculation.load_drafter(model, num_blocks, opts.cache.block_size, true);
-        if (drafter.drafter) engine.add_drafter(opts.speculation.drafter, *drafter.drafter);
-    }
-    EngineLoop loop(engine, {.max_waiting = opts.max_waiting});
     std::atomic<bool> stopped_without_signal{false};
     std::thread drainer;  // started by the first signal
 
-    ServerOptions server_options = opts.resolved_server();
-    server_options.model_name = served_name(opts);
-    OpenAiServer server(model, loop, server_options);
+    const ServerOptions server_options = opts.resolved_server();
+    OpenAiServer server(models, server_options);
     const int port = server.bind();
-    spdlog::info("serving '{}' on http://{}:{} ({} KV blocks of {} tokens; {} API key)",
-                 server_options.model_name, server_options.host, port, num_blocks,
-                 opts.cache.block_size, server_options.api_key.empty() ? "no" : "with an");
+    const ServedEngine& first = *served.front();
+    spdlog::info("serving {} on http://{}:{} ({}; {} API key)", names, server_options.host, port,
+                 served.size() > 1 ? "KV pools above"
+                                   : fmt::format("{} KV blocks of {} tokens",
+                                                 first.pool->num_blocks(), opts.cache.block_size),
+                 server_options.api_key.empty() ? "no" : "with an");
     std::thread signal_waiter([&] {
         int signal = 0;
         sigwait(&signals, &signal);
@@ -131,9 +254,10 @@ void serve(const ServeOptions& opts) {
     });
     std::thread listener([&] {
         server.run();
-        loop.stop();  // the listener failed or was stopped: no more requests can come
+        // The listener failed or was stopped: no more requests can come.
+        for (EngineLoop* loop : loops) loop->stop();
     });
-    loop.run();  // returns after the drain
+    run_engine_loops(loops);  // returns after the drain
     // Wake the waiter, which is still waiting for a first signal (the
     // listener failed) or a second one (the drain is done).
     stopped_without_signal = true;
@@ -149,8 +273,16 @@ void serve(const ServeOptions& opts) {
 void add_serve_command(CLI::App& app) {
     auto opts = std::make_shared<ServeOptions>();
     CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
-    opts->model.add_to(*cmd);
+    cmd->add_option("-m,--model", opts->model_paths,
+                    "GGUF model file; repeat it to serve several models, each with its own "
+                    "engine and KV pool")
+        ->capture_default_str();
+    opts->model.add_to(*cmd, false);
     opts->cache.add_to(*cmd);
+    cmd->add_option("--kv-share", opts->kv_shares,
+                    "with several models: weights splitting --kv-memory between them, one per "
+                    "--model (default: the same number of tokens for each)")
+        ->delimiter(',');
     opts->speculation.add_to(*cmd);
     cmd->add_option("--host", opts->server.host, "address to bind")->capture_default_str();
     cmd->add_option("--port", opts->server.port, "port (0: any free port)")
@@ -158,8 +290,9 @@ void add_serve_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--api-key", opts->server.api_key,
                     "require 'Authorization: Bearer KEY' on /v1/*");
-    cmd->add_option("--served-model-name", opts->server.model_name,
-                    "the model name clients send (default: the file name's stem)");
+    cmd->add_option("--served-model-name", opts->served_model_names,
+                    "the model name clients send, one per --model in order (default: the file "
+                    "name's stem)");
     cmd->add_option("--max-waiting", opts->max_waiting, "queued requests before new ones get 503")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
         ->capture_default_str();

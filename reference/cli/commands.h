@@ -28,5 +28,6 @@ void add_kv_compare_command(CLI::App& app);           // KV cache type vs fp32 (
 void add_kv_sim_command(CLI::App& app);               // KV memory waste: static vs paged (Lab 4)
 void add_replay_command(CLI::App& app);               // a trace through the engine (Lab 4)
 void add_serve_command(CLI::App& app);                // OpenAI-compatible HTTP server (issue 10)
+void add_route_command(CLI::App& app);                // a router over `serve` replicas (11.7)
 
 }  // namespace servelab::cli

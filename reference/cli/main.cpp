@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
     servelab::cli::add_kv_sim_command(app);
     servelab::cli::add_replay_command(app);
     servelab::cli::add_serve_command(app);
+    servelab::cli::add_route_command(app);
 
     try {
         app.parse(argc, argv);

@@ -33,8 +33,29 @@ void RequestStream::push(StreamEvent event) {
     ready_.notify_one();
 }
 
-EngineLoop::EngineLoop(Engine& engine, const EngineLoopConfig& config)
-    : engine_(engine), config_(config) {
+uint64_t LoopSignal::generation() const {
+    std::lock_guard lock(mutex_);
+    return generation_;
+}
+
+void LoopSignal::notify() {
+    {
+        std::lock_guard lock(mutex_);
+        ++generation_;
+    }
+    changed_.notify_all();
+}
+
+void LoopSignal::wait_for_change(uint64_t seen_generation) {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return generation_ != seen_generation; });
+}
+
+EngineLoop::EngineLoop(Engine& engine, const EngineLoopConfig& config,
+                       std::shared_ptr<LoopSignal> signal)
+    : engine_(engine),
+      config_(config),
+      signal_(signal ? std::move(signal) : std::make_shared<LoopSignal>()) {
     counters_.num_kv_blocks = engine.kv().cache().num_blocks();
 }
 
@@ -64,7 +85,7 @@ std::vector<std::shared_ptr<RequestStream>> EngineLoop::submit_group(std::vector
         submissions_.push_back(std::move(submission));
         queued_ += n;
     }
-    wake_.notify_one();
+    signal_->notify();
     return streams;
 }
 
@@ -82,7 +103,7 @@ void EngineLoop::stop(std::chrono::milliseconds drain_timeout) {
         // A later stop() never extends an earlier one's deadline.
         drain_deadline_ = std::min(drain_deadline_, deadline);
     }
-    wake_.notify_one();
+    signal_->notify();
 }
 
 EngineLoopStats EngineLoop::stats() const {
@@ -134,26 +155,53 @@ bool EngineLoop::cancel_abandoned() {
 }
 
 void EngineLoop::run() {
-    while (true) {
-        std::deque<Submission> arrived;
-        {
-            std::unique_lock lock(mutex_);
-            // Sleep only when there is nothing to compute.
-            wake_.wait(lock, [&] {
-                return !submissions_.empty() || engine_.has_unfinished() || stopping_;
-            });
-            if (stopping_ && submissions_.empty() && !engine_.has_unfinished()) return;
-            arrived.swap(submissions_);
+    run_engine_loops({this});
+}
+
+bool EngineLoop::finished() const {
+    std::lock_guard lock(mutex_);
+    return stopping_ && submissions_.empty() && !engine_.has_unfinished();
+}
+
+bool EngineLoop::turn() {
+    std::deque<Submission> arrived;
+    {
+        std::lock_guard lock(mutex_);
+        arrived.swap(submissions_);
+    }
+    for (Submission& submission : arrived) admit(submission);
+    const bool cancelled_some = cancel_abandoned();
+    // A cancelled request is reported by the next step, so step even when
+    // it was the last one.
+    if (!engine_.has_unfinished() && !cancelled_some) return false;
+    StepOutput out = engine_.step([this](const StepScheduled& scheduled) {
+        engine_waiting_ = scheduled.num_waiting;
+        engine_running_ = scheduled.num_running;
+        kv_blocks_used_ = scheduled.num_kv_blocks_used;
+    });
+    record_step(out);
+    return true;
+}
+
+void run_engine_loops(const std::vector<EngineLoop*>& loops) {
+    if (loops.empty()) return;
+    LoopSignal& signal = *loops.front()->signal();
+    for (const EngineLoop* loop : loops) {
+        if (loop->signal().get() != &signal) {
+            throw Error("run_engine_loops: the loops must share one LoopSignal");
         }
-        for (Submission& submission : arrived) admit(submission);
-        const bool cancelled_some = cancel_abandoned();
-        if (!engine_.has_unfinished() && !cancelled_some) continue;
-        StepOutput out = engine_.step([this](const StepScheduled& scheduled) {
-            engine_waiting_ = scheduled.num_waiting;
-            engine_running_ = scheduled.num_running;
-            kv_blocks_used_ = scheduled.num_kv_blocks_used;
-        });
-        record_step(out);
+    }
+    while (true) {
+        // Read before looking, so a submission made while we look is not missed.
+        const uint64_t seen = signal.generation();
+        bool stepped = false;
+        for (EngineLoop* loop : loops) stepped = loop->turn() || stepped;
+        if (stepped) continue;
+        bool all_finished = true;
+        for (const EngineLoop* loop : loops) all_finished = all_finished && loop->finished();
+        if (all_finished) return;
+        // Nothing to compute: sleep until a submit() or stop() on any loop.
+        signal.wait_for_change(seen);
     }
 }
 

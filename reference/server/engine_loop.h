@@ -17,7 +17,15 @@
 // returns once the admitted requests have finished, or have been cancelled
 // at the drain deadline (SIGTERM's drain).
 //
-// The loop runs on the thread that calls run(), and `servelab serve` calls
+// Several models (`serve --model a --model b`) get one EngineLoop each, all
+// driven by ONE thread: run_engine_loops() steps each loop that has work in
+// turn, one step each per round. That is the fairness bound a saturated
+// model's neighbours get: between two steps of a model with work, every
+// other model takes at most one step, so its time per token is at most its
+// own step plus one step of each other model. Loops driven together share
+// one LoopSignal, so a submission to any of them wakes the driver.
+//
+// The loops run on the thread that calls run(), and `servelab serve` calls
 // it from the main thread, the one that loaded the model. That choice is
 // about OpenMP, not HTTP: the kernels open a few hundred parallel regions
 // per step, and libgomp lets a team started from a second thread (once the
@@ -89,6 +97,22 @@ struct EngineLoopConfig {
     int64_t max_waiting = 256;  // requests queued or waiting in the engine before 503
 };
 
+// Wakes the thread that drives one or more loops: every submit() and stop()
+// bumps the generation, so a driver that read generation g before looking
+// at its loops, found nothing to do and then waits for "not g" cannot miss
+// a submission that came in between.
+class LoopSignal {
+  public:
+    uint64_t generation() const;
+    void notify();
+    void wait_for_change(uint64_t seen_generation);
+
+  private:
+    mutable std::mutex mutex_;
+    std::condition_variable changed_;
+    uint64_t generation_ = 0;
+};
+
 // For /metrics. The gauges are what the engine holds now: they are updated
 // when requests are queued, when a step is scheduled (before its forward
 // pass, which may take seconds) and when it ends. The counters count
@@ -112,8 +136,11 @@ class EngineLoop {
     using Clock = std::chrono::steady_clock;
 
     // The engine must outlive the loop; run() must have returned before the
-    // loop is destroyed.
-    EngineLoop(Engine& engine, const EngineLoopConfig& config);
+    // loop is destroyed. Loops that one thread drives together
+    // (run_engine_loops) are given the same signal; by default a loop has
+    // its own.
+    EngineLoop(Engine& engine, const EngineLoopConfig& config,
+               std::shared_ptr<LoopSignal> signal = nullptr);
     EngineLoop(const EngineLoop&) = delete;
     EngineLoop& operator=(const EngineLoop&) = delete;
 
@@ -130,10 +157,16 @@ class EngineLoop {
                                                              const SamplingParams& params,
                                                              int num_completions);
     int64_t max_waiting() const { return config_.max_waiting; }
-    // The engine thread's body: admits submissions, cancels abandoned
-    // requests, steps the engine; sleeps when there is nothing to compute.
+    // The engine thread's body for this loop alone: run_engine_loops({this}).
     // Returns after stop(), once every admitted request has ended.
     void run();
+    // One turn on the engine thread: admits submissions, cancels abandoned
+    // requests, and computes one step if anything is unfinished. Returns
+    // whether it stepped.
+    bool turn();
+    // stop() was called and nothing is queued or unfinished: run() may return.
+    bool finished() const;
+    const std::shared_ptr<LoopSignal>& signal() const { return signal_; }
     // Stops admitting (submit throws QueueFull from now on) and tells run()
     // to return when the admitted requests are done. Those still running
     // `drain_timeout` after this call are cancelled (their streams end with
@@ -157,8 +190,8 @@ class EngineLoop {
 
     Engine& engine_;
     EngineLoopConfig config_;
+    std::shared_ptr<LoopSignal> signal_;
     mutable std::mutex mutex_;  // guards the queue, the stop state, the counters
-    std::condition_variable wake_;
     std::deque<Submission> submissions_;
     bool stopping_ = false;
     Clock::time_point drain_deadline_ = Clock::time_point::max();
@@ -174,5 +207,10 @@ class EngineLoop {
     std::atomic<int64_t> engine_running_{0};
     std::atomic<int64_t> kv_blocks_used_{0};
 };
+
+// Drives `loops` on the calling thread, one step of each loop that has work
+// per round, sleeping when none has; returns once every loop is finished()
+// (each was stopped and has drained). The loops must share one LoopSignal.
+void run_engine_loops(const std::vector<EngineLoop*>& loops);
 
 }  // namespace servelab

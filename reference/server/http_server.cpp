@@ -75,14 +75,31 @@ RequestSpec spec_of(const ApiRequest& request) {
 
 }  // namespace
 
-OpenAiServer::OpenAiServer(const Model& model, EngineLoop& loop, ServerOptions options)
-    : loop_(loop),
-      options_(std::move(options)),
-      tokenizer_(model.tokenizer),
-      builder_(model, options_.requests) {
-    limits_.model_name = options_.model_name;
-    limits_.context_length = model.config.context_length;
-    limits_.vocab_size = model.config.vocab_size;
+OpenAiServer::ModelRoute::ModelRoute(const ServedModel& served,
+                                     const RequestBuilderOptions& requests)
+    : name(served.name),
+      loop(*served.loop),
+      tokenizer(served.model->tokenizer),
+      builder(*served.model, requests) {
+    limits.model_name = served.name;
+    limits.context_length = served.model->config.context_length;
+    limits.vocab_size = served.model->config.vocab_size;
+}
+
+OpenAiServer::OpenAiServer(const std::vector<ServedModel>& models, ServerOptions options)
+    : options_(std::move(options)) {
+    if (models.empty()) throw Error("serve: no model to serve");
+    for (const ServedModel& served : models) {
+        for (const auto& other : models_) {
+            if (other->name == served.name) {
+                throw Error(
+                    fmt::format("serve: two models are named '{}' (give each its own "
+                                "--served-model-name)",
+                                served.name));
+            }
+        }
+        models_.push_back(std::make_unique<ModelRoute>(served, options_.requests));
+    }
 
     ListenerLimits listener;
     listener.max_connections = options_.max_connections;
@@ -96,12 +113,12 @@ OpenAiServer::OpenAiServer(const Model& model, EngineLoop& loop, ServerOptions o
                             message, "", status == 503 ? "overloaded" : ""}));
         },
         [this](const Refusal& refusal) {
-            metrics_.record_http_error(refusal.status);
+            http_metrics_.record_http_error(refusal.status);
             // A generation request refused before it was read still counts
             // among the requests sent: success + cancelled + rejected = sent.
             if (refusal.status == 503 && refusal.method == "POST" &&
                 refusal.path.rfind("/v1/", 0) == 0) {
-                metrics_.record_request_rejected();
+                http_metrics_.record_request_rejected();
             }
         });
     // Bodies are read by the handlers (read_body); this bounds what the
@@ -144,16 +161,22 @@ void OpenAiServer::add_routes() {
                              "application/json");
     });
     http_->Get("/v1/models", [this](const Request&, Response& response) {
-        const nlohmann::json body = {{"object", "list"},
-                                     {"data",
-                                      {{{"id", options_.model_name},
-                                        {"object", "model"},
-                                        {"created", unix_seconds()},
-                                        {"owned_by", "servelab"}}}}};
-        response.set_content(to_text(body), "application/json");
+        nlohmann::json data = nlohmann::json::array();
+        for (const auto& route : models_) {
+            data.push_back({{"id", route->name},
+                            {"object", "model"},
+                            {"created", unix_seconds()},
+                            {"owned_by", "servelab"}});
+        }
+        response.set_content(to_text({{"object", "list"}, {"data", data}}), "application/json");
     });
     http_->Get("/metrics", [this](const Request&, Response& response) {
-        response.set_content(metrics_.render(loop_.stats()), "text/plain; version=0.0.4");
+        MetricFamilies families;
+        for (const auto& route : models_) {
+            route->metrics.collect(route->loop.stats(), model_label(route->name), families);
+        }
+        http_metrics_.collect(families);
+        response.set_content(families.render(), "text/plain; version=0.0.4");
     });
     using WithReader = httplib::Server::HandlerWithContentReader;
     http_->Post("/v1/completions", WithReader([this](const Request& request, Response& response,
@@ -209,16 +232,31 @@ void OpenAiServer::run() {
 void OpenAiServer::stop() {
     draining_ = true;
     http_->begin_drain();
-    loop_.stop(options_.drain_timeout);  // then whatever still runs is cancelled
+    // Then whatever still runs is cancelled.
+    for (const auto& route : models_) route->loop.stop(options_.drain_timeout);
     // Let the handlers write their last bytes before the listener closes.
     // Bounded: every choice ends by the drain timeout, and every write has a deadline.
     while (in_flight_ > 0) std::this_thread::sleep_for(Milliseconds(10));
     http_->stop();
 }
 
-void OpenAiServer::send_error(httplib::Response& response, const ApiError& error) {
-    metrics_.record_http_error(error.status);
-    if (error.status == 503) metrics_.record_request_rejected();
+OpenAiServer::ModelRoute& OpenAiServer::route_for(const std::string& model_name) {
+    for (const auto& route : models_) {
+        if (route->name == model_name) return *route;
+    }
+    throw Error("no route for model " + model_name);  // requested_model() checked the name
+}
+
+void OpenAiServer::send_error(httplib::Response& response, const ApiError& error,
+                              ModelRoute* route) {
+    http_metrics_.record_http_error(error.status);
+    if (error.status == 503) {
+        if (route != nullptr) {
+            route->metrics.record_request_rejected();
+        } else {
+            http_metrics_.record_request_rejected();
+        }
+    }
     response.status = error.status;
     response.set_content(to_text(error_body(error)), "application/json");
 }
@@ -314,11 +352,15 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
         send_error(response, {400, "invalid_request_error", "the body is not valid JSON", "", ""});
         return;
     }
+    ModelRoute* route = nullptr;
     ApiRequest request;
     EngineRequest engine_request;
     try {
-        request = parse_api_request(body, chat, limits_);
-        engine_request = builder_.build(spec_of(request));
+        std::vector<std::string> names;
+        for (const auto& served : models_) names.push_back(served->name);
+        route = &route_for(requested_model(body, names));
+        request = parse_api_request(body, chat, route->limits);
+        engine_request = route->builder.build(spec_of(request));
     } catch (const ApiException& e) {
         send_error(response, e.error());
         return;
@@ -328,21 +370,22 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
     }
     // n choices are admitted together; more than the queue holds could
     // never be, however idle the server.
-    if (request.n > loop_.max_waiting()) {
+    EngineLoop& loop = route->loop;
+    if (request.n > loop.max_waiting()) {
         send_error(response, {400, "invalid_request_error",
                               fmt::format("n = {} choices can never be admitted together: the "
                                           "server queues at most {} (--max-waiting)",
-                                          request.n, loop_.max_waiting()),
+                                          request.n, loop.max_waiting()),
                               "n", ""});
         return;
     }
     const int64_t prompt_tokens = int64_t(engine_request.prompt.size());
     std::vector<std::shared_ptr<RequestStream>> streams;
     try {
-        streams = loop_.submit_group(std::move(engine_request.prompt), engine_request.params,
-                                     engine_request.num_completions);
+        streams = loop.submit_group(std::move(engine_request.prompt), engine_request.params,
+                                    engine_request.num_completions);
     } catch (const QueueFull& e) {
-        send_error(response, overloaded(e.what()));
+        send_error(response, overloaded(e.what()), route);
         return;
     }
     const ResponseHeader header{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++),
@@ -352,7 +395,7 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
         std::vector<GenerationResult> results;
         std::string error;
         if (!wait_for_results(http_request, streams, results, error)) {
-            metrics_.record_request_cancelled();  // no one is left to answer
+            route->metrics.record_request_cancelled();  // no one is left to answer
             close_after(http_request, response);
             return;
         }
@@ -361,17 +404,18 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
             return;
         }
         for (const GenerationResult& result : results) {
-            if (result.finish_reason != FinishReason::kCancelled) metrics_.record(result);
+            if (result.finish_reason != FinishReason::kCancelled) route->metrics.record(result);
         }
         // Cut short by the drain timeout: answered, with finish_reason "cancelled".
         if (any_cancelled(results)) {
-            metrics_.record_request_cancelled();
+            route->metrics.record_request_cancelled();
         } else {
-            metrics_.record_request_success();
+            route->metrics.record_request_success();
         }
-        response.set_content(to_text(completion_response(header, results, prompt_tokens, tokenizer_,
-                                                         request.return_token_ids)),
-                             "application/json");
+        response.set_content(
+            to_text(completion_response(header, results, prompt_tokens, route->tokenizer,
+                                        request.return_token_ids)),
+            "application/json");
         return;
     }
 
@@ -387,7 +431,10 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
     ++in_flight_;  // released when the provider is done (it outlives this handler)
     response.set_chunked_content_provider(
         "text/event-stream",
-        [this, state, header, prompt_tokens, include_usage](size_t, httplib::DataSink& sink) {
+        [this, route, state, header, prompt_tokens, include_usage](size_t,
+                                                                   httplib::DataSink& sink) {
+            ServerMetrics& metrics = route->metrics;
+            const Tokenizer& tokenizer = route->tokenizer;
             std::vector<std::shared_ptr<RequestStream>>& streams = state->streams;
             std::vector<bool> first(streams.size(), true);
             std::vector<bool> ended(streams.size(), false);
@@ -414,8 +461,8 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
                         nlohmann::json logprobs = nullptr;
                         if (event.logprobs) {
                             logprobs = logprobs_json(header.chat, std::span(&*event.logprobs, 1),
-                                                     tokenizer_, text_bytes[i]);
-                            text_bytes[i] += int64_t(tokenizer_.token_to_bytes(event.token).size());
+                                                     tokenizer, text_bytes[i]);
+                            text_bytes[i] += int64_t(tokenizer.token_to_bytes(event.token).size());
                         }
                         if (!write(sse(stream_chunk(header, int(i), event.text, nullptr, first[i],
                                                     logprobs)))) {
@@ -434,7 +481,7 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
                     if (event.result->finish_reason == FinishReason::kCancelled) {
                         cut_short = true;
                     } else {
-                        metrics_.record(*event.result);
+                        metrics.record(*event.result);
                     }
                     completion_tokens += int64_t(event.result->tokens.size());
                     if (!write(sse(stream_chunk(header, int(i), "",
@@ -449,20 +496,20 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
             sink.done();
             state->outcome_recorded = true;
             if (failed) {
-                metrics_.record_http_error(400);
+                http_metrics_.record_http_error(400);
             } else if (cut_short) {
-                metrics_.record_request_cancelled();
+                metrics.record_request_cancelled();
             } else {
-                metrics_.record_request_success();
+                metrics.record_request_success();
             }
             return true;
         },
         // Runs however the response ended, even when the client left before
         // the provider ever ran (the headers could not be written).
-        [this, state](bool) {
+        [this, route, state](bool) {
             if (!state->outcome_recorded) {
                 for (auto& stream : state->streams) stream->cancel();
-                metrics_.record_request_cancelled();
+                route->metrics.record_request_cancelled();
             }
             --in_flight_;
         });

@@ -1,6 +1,10 @@
 // http_server.h — the OpenAI-compatible HTTP front of the engine loop.
 //
-// Part of the serving layer (chapter 11.7). Routes:
+// Part of the serving layer (chapter 11.7). One server may serve several
+// models (`serve --model a --model b`), each with its own engine loop and KV
+// pool: a request's "model" field picks one (404 naming the served models
+// otherwise), /v1/models lists them all, and /metrics labels each model's
+// samples with model="name". Routes:
 //   POST /v1/completions, /v1/chat/completions   whole JSON, or server-sent
 //        events ("data: {chunk}\n\n" … "data: [DONE]\n\n") with "stream": true
 //   GET  /v1/models, /health, /metrics (Prometheus text)
@@ -44,7 +48,6 @@ struct ServerOptions {
     std::string host = "127.0.0.1";
     int port = 8000;      // 0: any free port (tests)
     std::string api_key;  // empty: no authentication
-    std::string model_name;
     int64_t max_body_bytes = 1 << 20;
     int max_connections = 512;                       // requests served at once
     std::chrono::milliseconds header_timeout{5000};  // connect → whole request head
@@ -53,10 +56,17 @@ struct ServerOptions {
     RequestBuilderOptions requests;  // special tokens in messages, speculative decoding
 };
 
+// A model the server answers for.
+struct ServedModel {
+    std::string name;  // what requests' "model" says, and /v1/models lists
+    const Model* model = nullptr;
+    EngineLoop* loop = nullptr;  // the loop running this model's engine
+};
+
 class OpenAiServer {
   public:
-    // `model` and `loop` must outlive the server.
-    OpenAiServer(const Model& model, EngineLoop& loop, ServerOptions options);
+    // Every model and loop must outlive the server; names must differ.
+    OpenAiServer(const std::vector<ServedModel>& models, ServerOptions options);
     ~OpenAiServer();
     // Binds the listening socket; returns the port. Throws servelab::Error
     // when it cannot (port in use, bad host).
@@ -67,7 +77,19 @@ class OpenAiServer {
     void stop();
 
   private:
+    // Everything the server keeps per model.
+    struct ModelRoute {
+        ModelRoute(const ServedModel& served, const RequestBuilderOptions& requests);
+        std::string name;
+        EngineLoop& loop;
+        const Tokenizer& tokenizer;  // the model's: token texts for logprobs
+        RequestBuilder builder;
+        ProtocolLimits limits;
+        ServerMetrics metrics;
+    };
+
     void add_routes();
+    ModelRoute& route_for(const std::string& model_name);
     void handle_generation(const httplib::Request& request, httplib::Response& response,
                            const httplib::ContentReader& content_reader, bool chat);
     // Reads the body into `body`, never more than max_body_bytes of it
@@ -83,14 +105,13 @@ class OpenAiServer {
     bool wait_for_results(const httplib::Request& request,
                           std::vector<std::shared_ptr<RequestStream>>& streams,
                           std::vector<GenerationResult>& results, std::string& error);
-    void send_error(httplib::Response& response, const ApiError& error);
+    // A 503 counts as a rejected request of `route`'s model, or of none.
+    void send_error(httplib::Response& response, const ApiError& error,
+                    ModelRoute* route = nullptr);
 
-    EngineLoop& loop_;
     ServerOptions options_;
-    const Tokenizer& tokenizer_;  // the model's: token texts for logprobs
-    RequestBuilder builder_;
-    ProtocolLimits limits_;
-    ServerMetrics metrics_;
+    std::vector<std::unique_ptr<ModelRoute>> models_;
+    HttpMetrics http_metrics_;
     std::unique_ptr<HttpListener> http_;
     std::atomic<bool> draining_{false};
     std::atomic<int64_t> in_flight_{0};

@@ -200,20 +200,29 @@ nlohmann::json error_body(const ApiError& error) {
           {"code", error.code.empty() ? nlohmann::json(nullptr) : nlohmann::json(error.code)}}}};
 }
 
-ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const ProtocolLimits& limits) {
+std::string requested_model(const nlohmann::json& body,
+                            const std::vector<std::string>& served_model_names) {
     if (!body.is_object()) refuse("", "the request body must be a JSON object");
-    ApiRequest request;
-    request.chat = chat;
     const nlohmann::json* model = field(body, "model");
     if (model == nullptr || !model->is_string()) refuse("model", "'model' must be a string");
-    request.model = model->get<std::string>();
-    if (request.model != limits.model_name) {
-        throw ApiException(ApiError{404, "invalid_request_error",
-                                    fmt::format("the model '{}' does not exist; this server "
-                                                "serves '{}'",
-                                                request.model, limits.model_name),
-                                    "model", "model_not_found"});
+    const std::string name = model->get<std::string>();
+    for (const std::string& served : served_model_names) {
+        if (name == served) return name;
     }
+    std::string known;
+    for (const std::string& served : served_model_names) {
+        known += (known.empty() ? "'" : ", '") + served + "'";
+    }
+    throw ApiException(
+        ApiError{404, "invalid_request_error",
+                 fmt::format("the model '{}' does not exist; this server serves {}", name, known),
+                 "model", "model_not_found"});
+}
+
+ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const ProtocolLimits& limits) {
+    ApiRequest request;
+    request.chat = chat;
+    request.model = requested_model(body, {limits.model_name});
     refuse_unsupported(body);
     if (chat) {
         request.messages = chat_messages(body);

@@ -73,6 +73,13 @@ struct ApiRequest {
     bool return_token_ids = false;  // extension: prompt_token_ids and each choice's token_ids
 };
 
+// The body's "model", which must be one of `served_model_names`: a server of
+// several models routes the request by it. Throws ApiException: 400 when the
+// body is not an object or "model" is not a string, 404 (naming the served
+// models) for an unknown one.
+std::string requested_model(const nlohmann::json& body,
+                            const std::vector<std::string>& served_model_names);
+
 // Throws ApiException (status 400, or 404 for an unknown model).
 ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const ProtocolLimits& limits);
 

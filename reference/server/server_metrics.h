@@ -6,6 +6,13 @@
 // hits, speculative acceptance), rendered on request. Requests (HTTP) and
 // choices (engine requests, n per HTTP request) are counted apart. Names follow
 // Prometheus' conventions: base units (seconds), `_total` for counters.
+//
+// A server of several models keeps one ServerMetrics per model, and every
+// sample carries its model's label (`servelab_num_requests_running{model="a"}`);
+// what belongs to no model (HTTP errors, a request refused before its body
+// named one) is counted once, without a label. A family's samples must stay
+// together in the text, so each part adds its samples to shared families
+// (MetricFamilies) and the text is written once at the end.
 #pragma once
 
 #include <cstdint>
@@ -18,12 +25,34 @@
 
 namespace servelab {
 
+// The families of one /metrics answer, in the order first added.
+class MetricFamilies {
+  public:
+    // Adds `name{labels} value` to family `name` (created with its type and help).
+    void add(const std::string& type, const std::string& name, const std::string& help,
+             const std::string& labels, double value);
+    // Adds raw sample lines (a histogram's buckets) to family `name`.
+    void add_lines(const std::string& type, const std::string& name, const std::string& help,
+                   const std::string& lines);
+    std::string render() const;
+
+  private:
+    struct Family {
+        std::string name, type, help, samples;
+    };
+    Family& family(const std::string& type, const std::string& name, const std::string& help);
+    std::vector<Family> families_;
+};
+
+// `model="name"` with the name escaped for the text format; "" for no model.
+std::string model_label(const std::string& model_name);
+
 class Histogram {
   public:
     explicit Histogram(std::vector<double> upper_bounds);
     void observe(double value);
-    // The `name_bucket{le=…}`, `name_sum` and `name_count` lines.
-    std::string render(const std::string& name, const std::string& help) const;
+    // The `name_bucket{labels,le=…}`, `name_sum{labels}` and `name_count{labels}` lines.
+    std::string sample_lines(const std::string& name, const std::string& labels) const;
 
   private:
     std::vector<double> upper_bounds_;
@@ -32,6 +61,7 @@ class Histogram {
     int64_t count_ = 0;
 };
 
+// One model's figures.
 class ServerMetrics {
   public:
     ServerMetrics();
@@ -43,8 +73,8 @@ class ServerMetrics {
     void record_request_success();    // answered in full
     void record_request_cancelled();  // its client left, or the drain timed out
     void record_request_rejected();   // 503: at capacity, or shutting down
-    void record_http_error(int status);
-    std::string render(const EngineLoopStats& loop) const;
+    // Adds this model's samples, labelled `labels` (model_label), to `out`.
+    void collect(const EngineLoopStats& loop, const std::string& labels, MetricFamilies& out) const;
 
   private:
     mutable std::mutex mutex_;
@@ -57,8 +87,21 @@ class ServerMetrics {
     int64_t requests_ok_ = 0;
     int64_t requests_cancelled_ = 0;
     int64_t requests_rejected_ = 0;
+};
+
+// The server's own figures, which belong to no model: HTTP errors, and
+// generation requests refused (503) before their body named a model.
+class HttpMetrics {
+  public:
+    void record_http_error(int status);
+    void record_request_rejected();
+    void collect(MetricFamilies& out) const;
+
+  private:
+    mutable std::mutex mutex_;
     int64_t http_4xx_ = 0;
     int64_t http_5xx_ = 0;
+    int64_t requests_rejected_ = 0;
 };
 
 }  // namespace servelab

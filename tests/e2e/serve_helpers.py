@@ -6,6 +6,7 @@ Shared by test_openai_server.py (the API) and test_server_reliability.py
 client cannot send (slow headers, chunked bodies, pipelined requests).
 """
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -23,11 +24,16 @@ def free_port():
 
 
 class Server:
-    def __init__(self, servelab, model, extra=(), kv_memory="64MiB"):
+    """`servelab serve` of `model`, named "tiny", or of several: models=[(path, name), ...]."""
+
+    def __init__(self, servelab, model=None, extra=(), kv_memory="64MiB", models=None):
         self.port = free_port()
+        models = models or [(model, "tiny")]
+        model_args = [arg for path, name in models
+                      for arg in ("--model", path, "--served-model-name", name)]
         self.process = subprocess.Popen(
-            [servelab, "serve", "--model", model, "--port", str(self.port), "--kv-memory",
-             kv_memory, "--served-model-name", "tiny", *extra],
+            [servelab, "serve", *model_args, "--port", str(self.port), "--kv-memory",
+             kv_memory, *extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env=dict(os.environ, OMP_NUM_THREADS="1"))
         self.url = f"http://127.0.0.1:{self.port}"
@@ -46,12 +52,18 @@ class Server:
                              timeout=timeout)
 
     def metrics(self, timeout=5):
+        """Every sample by its full name (`name{model="tiny"}`), and each family's
+        samples summed over the model label by the bare name (`name`)."""
         text = urllib.request.urlopen(self.url + "/metrics", timeout=timeout).read().decode()
         values = {}
+        summed = {}
         for line in text.splitlines():
             if line and not line.startswith("#"):
                 name, value = line.rsplit(" ", 1)
                 values[name] = float(value)
+                bare = re.sub(r'model="(?:[^"\\]|\\.)*",?', "", name).replace("{}", "")
+                summed[bare] = summed.get(bare, 0.0) + float(value)
+        values.update({k: v for k, v in summed.items() if k not in values})
         return values
 
     def metric(self, name):

@@ -181,8 +181,32 @@ if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
     COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_server_reliability.py
             --servelab $<TARGET_FILE:servelab>)
   set_tests_properties(serve_reliability PROPERTIES LABELS "serve" TIMEOUT 600)
+  # `servelab route` (chapter 11.7, routing): three tiny replicas behind a
+  # round-robin router, one killed mid-run (no request lost that had not
+  # started); cache-aware against round robin on SmolLM2 replicas with small
+  # KV pools (hit rate, TTFT); and against nginx's round robin (skipped, 77,
+  # without nginx or the model).
+  add_test(NAME route_killed_backend
+    COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_router.py
+            --servelab $<TARGET_FILE:servelab> --check killed_backend)
+  add_test(NAME route_cache_aware
+    COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_router.py
+            --servelab $<TARGET_FILE:servelab> --check cache_aware)
+  add_test(NAME route_vs_nginx
+    COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_router_nginx.py
+            --servelab $<TARGET_FILE:servelab>)
+  set_tests_properties(route_killed_backend route_cache_aware route_vs_nginx PROPERTIES
+    LABELS "serve" TIMEOUT 300 SKIP_RETURN_CODE 77)
   add_test(NAME serve_soak
     COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_server_reliability.py
             --servelab $<TARGET_FILE:servelab> --only many_streams --soak-seconds 600)
   set_tests_properties(serve_soak PROPERTIES LABELS "serve;slow" TIMEOUT 1200)
+  # Two models in one server (SmolLM2 and a tiny one): /v1/models, routing by
+  # the request's model, labelled /metrics, each answering as it does alone,
+  # and a saturated model stepping at most once per step of the other.
+  add_test(NAME serve_multi_model
+    COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_multi_model.py
+            --servelab $<TARGET_FILE:servelab>)
+  set_tests_properties(serve_multi_model PROPERTIES LABELS "serve" TIMEOUT 300
+    SKIP_RETURN_CODE 77)
 endif()

@@ -45,6 +45,9 @@
 #   notebook_serving_latency        TTFT/TPOT/E2E percentiles, throughput and goodput against the
 #                                   request rate (tools/serve_side_by_side.py; small mode: servelab
 #                                   alone on a tiny model, no llama.cpp)
+#   notebook_triangle               chapter 11.8's triangle: the latency-throughput Pareto frontier
+#                                   coloured by cost, and each knob's measured deltas
+#                                   (tools/triangle_sweep.py; small mode: its --quick grid)
 
 set(servelab_notebooks_ready FALSE)
 if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
@@ -72,7 +75,8 @@ if(servelab_notebooks_ready)
     "OMP_NUM_THREADS=1")
   foreach(notebook lab01_naive_decoding lab02_kv_cache lab03_kv_compression lab04_paged_attention
                   lab05_continuous_batching lab06_speculative_decoding lab07_tensor_parallelism
-                  lab08_kernels lab09_flash_attention lab10_weight_quantization lab11_radix_attention serving_latency)
+                  lab08_kernels lab09_flash_attention lab10_weight_quantization lab11_radix_attention serving_latency
+                  triangle)
     add_test(NAME notebook_${notebook}
       COMMAND ${SERVELAB_PYTHON} -m jupyter nbconvert --to notebook --execute
               --ExecutePreprocessor.timeout=240

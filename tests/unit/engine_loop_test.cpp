@@ -9,7 +9,10 @@
 //   a full waiting queue refuses at once (QueueFull), and stop() drains
 //     every admitted request to its end, or cancels it at the drain deadline;
 //   a group (an HTTP request's n choices) is admitted whole or not at all;
-//   the gauges say what runs while a step is still computing.
+//   the gauges say what runs while a step is still computing;
+//   two loops driven by one thread (two served models) take turns: while
+//     one has work, the other, however saturated, steps at most once
+//     between its steps, and each answers as it does alone.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -360,6 +363,61 @@ TEST_F(EngineLoopTest, LogprobsStreamWithTheirTokensAndMatchTheModelsDistributio
         ASSERT_TRUE(end.result.has_value());
         EXPECT_TRUE(end.result->logprobs.empty());
     }
+}
+
+TEST_F(EngineLoopTest, TwoLoopsOnOneThreadTakeTurnsSoASaturatedModelCannotStallTheOther) {
+    ModelRunner runner_b(model_->config, model_->weights);
+    Engine engine_a(*model_, *runner_, EngineConfig{});
+    Engine engine_b(*model_, runner_b, EngineConfig{});
+    const auto signal = std::make_shared<LoopSignal>();
+    EngineLoop loop_a(engine_a, {}, signal);
+    EngineLoop loop_b(engine_b, {}, signal);
+    std::thread driver([&] { run_engine_loops({&loop_a, &loop_b}); });
+
+    // Saturate A: requests that need hundreds of steps.
+    SamplingParams long_params;
+    long_params.max_tokens = 300;
+    long_params.ignore_eos = true;
+    std::vector<std::shared_ptr<RequestStream>> saturating;
+    for (int i = 0; i < 6; ++i) saturating.push_back(loop_a.submit(random_prompt(24), long_params));
+    StreamEvent first;
+    ASSERT_TRUE(saturating.front()->next(first, std::chrono::milliseconds(30000)));
+
+    SamplingParams params;
+    params.max_tokens = 24;
+    params.ignore_eos = true;
+    const std::vector<TokenId> prompt = random_prompt(12);
+    const int64_t a_steps_before = loop_a.stats().total_steps;
+    const int64_t b_steps_before = loop_b.stats().total_steps;
+    std::string text;
+    const StreamEvent end = read_to_end(*loop_b.submit(prompt, params), text);
+    const int64_t a_steps = loop_a.stats().total_steps - a_steps_before;
+    const int64_t b_steps = loop_b.stats().total_steps - b_steps_before;
+    ASSERT_TRUE(end.result.has_value()) << end.error;
+    EXPECT_EQ(end.result->tokens, solo(prompt, params).tokens) << random_.trace();
+    // Turns: one step of A may be under way when B's request arrives, one
+    // more may start before B's first, and a couple may pass before this
+    // thread reads the counter; otherwise A and B alternate.
+    // (A step's tokens reach the stream just before the step is counted.)
+    EXPECT_GE(b_steps, 23);
+    EXPECT_LE(a_steps, b_steps + 4)
+        << "the saturated loop took " << a_steps << " steps while the other took " << b_steps
+        << ": the driver must step each loop with work once per round";
+    EXPECT_EQ(loop_a.stats().total_finished, 0) << "A's requests should still be running";
+
+    for (auto& stream : saturating) stream->cancel();
+    loop_a.stop();
+    loop_b.stop();
+    driver.join();
+    EXPECT_EQ(loop_a.stats().total_cancelled, 6);
+}
+
+TEST_F(EngineLoopTest, LoopsDrivenTogetherMustShareTheirSignal) {
+    Engine engine_a(*model_, *runner_, EngineConfig{});
+    Engine engine_b(*model_, *runner_, EngineConfig{});
+    EngineLoop loop_a(engine_a, {});
+    EngineLoop loop_b(engine_b, {});
+    EXPECT_THROW(run_engine_loops({&loop_a, &loop_b}), Error);
 }
 
 }  // namespace

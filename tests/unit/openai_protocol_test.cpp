@@ -151,5 +151,29 @@ TEST(OpenAiProtocol, LogprobsInBothAPIsSpellings) {
     EXPECT_EQ(params_of(chat_top, true).logprobs, 20);
 }
 
+TEST(OpenAiProtocol, TheModelFieldPicksAServedModelAndAnUnknownOneGets404NamingThem) {
+    const std::vector<std::string> served{"smollm2", "tiny"};
+    EXPECT_EQ(requested_model(nlohmann::json::parse(R"({"model": "tiny"})"), served), "tiny");
+    EXPECT_EQ(requested_model(nlohmann::json::parse(R"({"model": "smollm2"})"), served), "smollm2");
+    try {
+        requested_model(nlohmann::json::parse(R"({"model": "gpt-4"})"), served);
+        ADD_FAILURE() << "an unknown model was accepted";
+    } catch (const ApiException& e) {
+        EXPECT_EQ(e.error().status, 404);
+        EXPECT_EQ(e.error().code, "model_not_found");
+        EXPECT_EQ(e.error().param, "model");
+        EXPECT_NE(e.error().message.find("'smollm2', 'tiny'"), std::string::npos)
+            << e.error().message;
+    }
+    for (const char* body : {R"({"model": 3})", R"({"prompt": "x"})", R"([1, 2])"}) {
+        try {
+            requested_model(nlohmann::json::parse(body), served);
+            ADD_FAILURE() << "accepted " << body;
+        } catch (const ApiException& e) {
+            EXPECT_EQ(e.error().status, 400) << body;
+        }
+    }
+}
+
 }  // namespace
 }  // namespace servelab
