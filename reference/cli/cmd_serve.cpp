@@ -81,12 +81,12 @@ struct ServedEngine {
     std::string name;
     Model model;
     int64_t kv_budget_bytes = 0;
-    std::unique_ptr<PagedKvCache> pool;
-    std::unique_ptr<KvBlockManager> kv;
-    std::unique_ptr<ModelRunner> runner;
-    SpeculationOptions::LoadedDrafter drafter;
-    std::unique_ptr<Engine> engine;
-    std::unique_ptr<EngineLoop> loop;
+    std::unique_ptr<PagedKvCache> pool{};
+    std::unique_ptr<KvBlockManager> kv{};
+    std::unique_ptr<ModelRunner> runner{};
+    SpeculationOptions::LoadedDrafter drafter{};
+    std::unique_ptr<Engine> engine{};
+    std::unique_ptr<EngineLoop> loop{};
 };
 
 // Each model's share of the KV budget. The default gives every model the

@@ -14,18 +14,19 @@
 #include "reference/common/error.h"
 #include "reference/router/prompt_key.h"
 #include "reference/server/openai_protocol.h"
+#include "reference/server/server_metrics.h"
 
 namespace servelab {
 namespace {
 
-using httplib::Request;
-using httplib::Response;
+using HttpRequest = httplib::Request;
+using HttpResponse = httplib::Response;
 
 // How often a waiting stream looks up from its queue: to notice a client
 // that left, or the end of the drain.
 constexpr std::chrono::milliseconds kStreamPoll{200};
 
-void send_error(Response& response, const ApiError& error) {
+void send_error(HttpResponse& response, const ApiError& error) {
     response.status = error.status;
     response.set_content(error_body(error).dump(), "application/json");
 }
@@ -36,7 +37,7 @@ ApiError no_backend_error() {
 }
 
 // The Authorization header is the replica's business too: passed through.
-httplib::Headers forwarded_headers(const Request& request) {
+httplib::Headers forwarded_headers(const HttpRequest& request) {
     httplib::Headers headers;
     if (request.has_header("Authorization")) {
         headers.emplace("Authorization", request.get_header_value("Authorization"));
@@ -54,10 +55,6 @@ std::string read_to_end(UpstreamCall& call, const std::atomic<bool>& cut_forward
         if (popped == UpstreamCall::Pop::kEnd) return body;
         if (popped == UpstreamCall::Pop::kChunk) body += chunk;
     }
-}
-
-std::string metric_header(const char* type, const std::string& name, const std::string& help) {
-    return fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
 }
 
 }  // namespace
@@ -107,7 +104,7 @@ void RouterServer::stop() {
 }
 
 void RouterServer::add_routes() {
-    http_->set_pre_routing_handler([this](const Request& request, Response& response) {
+    http_->set_pre_routing_handler([this](const HttpRequest& request, HttpResponse& response) {
         const bool api = request.path.rfind("/v1/", 0) == 0;
         if (api && draining_) {
             send_error(response,
@@ -125,8 +122,8 @@ void RouterServer::add_routes() {
     });
     // cpp-httplib answers an unknown route (404) or an oversized body (413)
     // with an empty body; clients expect an OpenAI-style one.
-    http_->set_error_handler(
-        httplib::Server::HandlerWithResponse([this](const Request& request, Response& response) {
+    http_->set_error_handler(httplib::Server::HandlerWithResponse(
+        [this](const HttpRequest& request, HttpResponse& response) {
             if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
             std::string message = fmt::format("HTTP {}", response.status);
             if (response.status == 404) {
@@ -139,16 +136,16 @@ void RouterServer::add_routes() {
                                   message, "", ""});
             return httplib::Server::HandlerResponse::Handled;
         }));
-    http_->Post("/v1/completions", [this](const Request& request, Response& response) {
+    http_->Post("/v1/completions", [this](const HttpRequest& request, HttpResponse& response) {
         handle_generation(request, response, false);
     });
-    http_->Post("/v1/chat/completions", [this](const Request& request, Response& response) {
+    http_->Post("/v1/chat/completions", [this](const HttpRequest& request, HttpResponse& response) {
         handle_generation(request, response, true);
     });
-    http_->Get("/v1/models", [this](const Request& request, Response& response) {
+    http_->Get("/v1/models", [this](const HttpRequest& request, HttpResponse& response) {
         handle_models(request, response);
     });
-    http_->Get("/health", [this](const Request&, Response& response) {
+    http_->Get("/health", [this](const HttpRequest&, HttpResponse& response) {
         const int healthy = int(pool_.healthy_backends().size());
         const char* status = draining_ ? "draining" : (healthy > 0 ? "ok" : "no_healthy_backend");
         response.status = !draining_ && healthy > 0 ? 200 : 503;
@@ -158,12 +155,13 @@ void RouterServer::add_routes() {
                 .dump(),
             "application/json");
     });
-    http_->Get("/metrics", [this](const Request&, Response& response) {
+    http_->Get("/metrics", [this](const HttpRequest&, HttpResponse& response) {
         response.set_content(render_metrics(), "text/plain; version=0.0.4");
     });
 }
 
-void RouterServer::handle_generation(const Request& request, Response& response, bool chat) {
+void RouterServer::handle_generation(const HttpRequest& request, HttpResponse& response,
+                                     bool chat) {
     const nlohmann::json body = nlohmann::json::parse(request.body, nullptr, false);
     if (body.is_discarded() || !body.is_object()) {
         send_error(response, {400, "invalid_request_error",
@@ -209,7 +207,7 @@ void RouterServer::handle_generation(const Request& request, Response& response,
     send_error(response, no_backend_error());
 }
 
-bool RouterServer::relay(std::shared_ptr<UpstreamCall> call, Response& response, int backend) {
+bool RouterServer::relay(std::shared_ptr<UpstreamCall> call, HttpResponse& response, int backend) {
     const int status = call->status();
     const std::string content_type = call->content_type();
     if (status == 200 && content_type.rfind("text/event-stream", 0) == 0) {
@@ -263,7 +261,7 @@ bool RouterServer::relay(std::shared_ptr<UpstreamCall> call, Response& response,
     return true;
 }
 
-void RouterServer::handle_models(const Request& request, Response& response) {
+void RouterServer::handle_models(const HttpRequest& request, HttpResponse& response) {
     nlohmann::json models = nlohmann::json::array();
     std::set<std::string> seen;
     bool answered = false;
@@ -303,18 +301,18 @@ void RouterServer::handle_models(const Request& request, Response& response) {
 
 std::string RouterServer::render_metrics() const {
     const std::vector<BackendStats> backends = pool_.stats();
-    std::string out;
+    // The server's families (server_metrics.h); a backend URL is
+    // http://host:port (backend_pool.h checks it), nothing a label must escape.
+    MetricFamilies families;
     const auto per_backend = [&](const char* type, const std::string& name, const std::string& help,
                                  auto value_of) {
-        out += metric_header(type, name, help);
         for (const BackendStats& backend : backends) {
-            out += fmt::format("{}{{backend=\"{}\"}} {}\n", name, backend.url, value_of(backend));
+            families.add(type, name, help, "backend=\"" + backend.url + "\"",
+                         double(value_of(backend)));
         }
     };
     const auto single = [&](const char* type, const std::string& name, const std::string& help,
-                            int64_t value) {
-        out += metric_header(type, name, help) + fmt::format("{} {}\n", name, value);
-    };
+                            int64_t value) { families.add(type, name, help, "", double(value)); };
     per_backend("counter", "servelab_router_requests_total",
                 "forwards sent to the backend, retries included",
                 [](const BackendStats& b) { return b.requests_total; });
@@ -340,7 +338,7 @@ std::string RouterServer::render_metrics() const {
     single("counter", "servelab_router_no_match_total",
            "cache-aware: requests with no known prefix block (sent to the least loaded)",
            no_match_total_);
-    return out;
+    return families.render();
 }
 
 }  // namespace servelab
