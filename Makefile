@@ -12,10 +12,19 @@ PYTHON := .venv/bin/python
 MODEL := data/models/SmolLM2-135M-Instruct.Q4_1.gguf
 QUESTION ?= What is the capital of France? Answer in one sentence.
 
-.PHONY: run test test-all setup build build-fuzz model goldens grade skeletons bench serve-report cpu-report clean
+.PHONY: run test test-all setup build build-fuzz build-tsan model goldens grade skeletons bench serve-report cpu-report clean
 
+# The presets build with Ninja (its dependency scanning is much cheaper than
+# make's on 2 cores); a tree configured by an older checkout with another
+# generator is configured afresh (its CMake cache only, not its objects).
 setup:
 	@bash tools/setup.sh
+	@for tree in build/release build/fuzz build/tsan; do \
+	  if [ -f $$tree/CMakeCache.txt ] && ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$$' $$tree/CMakeCache.txt; then \
+	    echo "setup: $$tree was configured with another generator; configuring it again for Ninja"; \
+	    rm -rf $$tree/CMakeCache.txt $$tree/CMakeFiles; \
+	  fi; \
+	done
 
 model: setup
 
@@ -27,18 +36,26 @@ build-fuzz: setup
 	@cmake --preset fuzz >/dev/null
 	@cmake --build --preset fuzz -j $(JOBS)
 
+# servelab and its unit tests with ThreadSanitizer (clang): the tsan tests
+# of `make test` (label "tsan", tests/tsan/tests.cmake) run these binaries.
+build-tsan: setup
+	@cmake --preset tsan >/dev/null
+	@cmake --build --preset tsan -j $(JOBS)
+
 # Starts with the fixed question; keeps chatting while stdin is a terminal.
 run: build
 	@build/release/servelab chat --model $(MODEL) --message "$(QUESTION)" --max-tokens 128
 
-# One ctest run (the fuzz target, built by its own clang preset, is one of its
-# tests); the timings are read back from its JUnit report.
+# One ctest run (the fuzz target and the ThreadSanitizer binaries, built by
+# their own clang presets, are run by some of its tests); the timings are read
+# back from its JUnit report.
 CTEST_REPORT := build/release/ctest-junit.xml
-test: build build-fuzz
+test: build build-fuzz build-tsan
 	@status=0; ctest --preset release -j $(JOBS) -LE slow --output-junit ctest-junit.xml || status=$$?; \
 	  python3 tools/slowest_tests.py $(CTEST_REPORT); exit $$status
 
-test-all: build build-fuzz
+test-all: build build-fuzz build-tsan
+	@cmake --build --preset tsan -j $(JOBS) --target servelab_tests
 	@status=0; ctest --preset release -j $(JOBS) --output-junit ctest-junit.xml || status=$$?; \
 	  python3 tools/slowest_tests.py $(CTEST_REPORT); exit $$status
 
@@ -74,7 +91,10 @@ serve-report: build
 # llama-batched-bench (built from the pinned llama-cpp-python sdist's source by
 # tools/build_peers.sh on first use, 10 minutes or more on 2 cores; cached in build/peers/):
 # batch-1 decode, 512-token prefill, 16-sequence decode, and the share of the
-# memory bandwidth decode streams, interleaved. ARGS=... passes options through.
+# read rate of the level the weights live in (L3 or DRAM) that decode streams;
+# then a DRAM-bound case, a random Llama-3.2-1B-shaped Q4_1 model written into
+# build/dram_case/ on first use, against DRAM's read rate (ARGS=--no-dram-case
+# skips it). Interleaved. ARGS=... passes options through.
 cpu-report: build
 	@$(PYTHON) tools/cpu_peer_report.py $(ARGS)
 

@@ -72,7 +72,7 @@ could not run here (results.json says why; ctest's SKIP_RETURN_CODE).
 Usage: grade.py --lab N [--track cpu|cuda] [--build-dir build/release] [--no-build]
                 [--student-tests PATH] [--student-cli PATH] [--reference-cli PATH]
                 [--student-program PATH] [--program-arg=ARG ...]
-                [--manifest PATH] [--model PATH] [--repetitions K]
+                [--manifest PATH] [--model PATH] [--repetitions K] [--max-rounds N]
                 [--skip-throughput] [--group NAME ...] [--skip-if-busy]
                 [--out results.json] [--min-score X] [--max-score X]
 """
@@ -136,10 +136,17 @@ class Throughput:
     reference_metric: str = None  # with program: the reference kernel's field, same output
     threads: int = 1              # OMP_NUM_THREADS of the timed runs
     cores: int = None             # cores a timed run keeps busy (default: threads)
+    max_rounds: int = None        # rounds at most (default MAX_ROUNDS_FACTOR x repetitions)
 
     def __post_init__(self):
         if self.cores is None:
             self.cores = self.threads
+
+    def round_limit(self):
+        """Rounds at most: --max-rounds, never below the repetitions."""
+        if self.max_rounds is None:
+            return MAX_ROUNDS_FACTOR * self.repetitions
+        return max(self.max_rounds, self.repetitions)
 
 
 @dataclass
@@ -711,7 +718,12 @@ def check_not_all_skipped(results):
 #     deviation, 1.4826 x the median absolute deviation of the log ratios
 #     around their order's median, at least NOISE_FLOOR, x 1.25 / sqrt(rounds)
 #     for a median). Rounds are added, from `repetitions` up to
-#     MAX_ROUNDS_FACTOR x repetitions, until it is at most RATIO_SE_TARGET;
+#     MAX_ROUNDS_FACTOR x repetitions (or --max-rounds), until it is at most
+#     RATIO_SE_TARGET;
+#   - a machine that disturbs most rounds will not settle a ratio in the
+#     rounds left: once 2 x repetitions rounds have run and more than half
+#     of them were disturbed, no more are added (it says "machine busy"
+#     now, not after four times the repetitions);
 #   - when even then it is over RATIO_SE_LIMIT, or too few rounds ran
 #     undisturbed, the speed is not graded: the entry says "not graded:
 #     machine busy" with the figures, and scores 0 of 0. A score is never
@@ -911,20 +923,27 @@ def judge(rounds, spec, num_cpus):
     return verdict
 
 
+def mostly_disturbed(rounds, verdict, spec):
+    """True once 2 x repetitions rounds ran and a busy machine spoiled most of them."""
+    return len(rounds) >= 2 * spec.repetitions and 2 * len(verdict.disturbed) > len(rounds)
+
+
 def measure_rounds(spec, one_round):
     """Calls one_round(index) -> (student Run, reference Run) until judge() gives a
-    settled ratio (at least spec.repetitions rounds) or MAX_ROUNDS_FACTOR x
-    repetitions rounds were run; returns (rounds, verdict), the verdict without a
-    ratio (busy) when the last one is still over RATIO_SE_LIMIT."""
+    settled ratio (at least spec.repetitions rounds), spec.round_limit() rounds
+    were run, or most rounds were disturbed; returns (rounds, verdict), the verdict
+    without a ratio (busy) when the last one is still over RATIO_SE_LIMIT."""
     num_cpus = usable_cpus()
     rounds = []
     verdict = Verdict()
-    for index in range(MAX_ROUNDS_FACTOR * spec.repetitions):
+    for index in range(spec.round_limit()):
         rounds.append(one_round(index))
         if len(rounds) >= spec.repetitions:
             verdict = judge(rounds, spec, num_cpus)
             if verdict.settled():
                 return rounds, verdict
+            if mostly_disturbed(rounds, verdict, spec):
+                break
     if verdict.ratio is not None and verdict.standard_error > RATIO_SE_LIMIT:
         verdict.reason = (f"the undisturbed rounds disagree: ratio {verdict.ratio:.3f} with a "
                           f"standard error of {verdict.standard_error:.1%} after {len(rounds)} "
@@ -1127,6 +1146,9 @@ def parse_args(argv):
     parser.add_argument("--no-build", action="store_true", help="grade the binaries as they are")
     parser.add_argument("--repetitions", type=int,
                         help="undisturbed rounds the speed ratio needs (overrides the manifest)")
+    parser.add_argument("--max-rounds", type=int,
+                        help="timed rounds at most (default 4 x the repetitions; never fewer "
+                             "than the repetitions)")
     parser.add_argument("--program-arg", action="append", default=[], metavar="ARG",
                         help="one more argument for the throughput program (--program-arg=--x=1)")
     parser.add_argument("--skip-throughput", action="store_true",
@@ -1194,6 +1216,7 @@ def grade(lab, args):
     if lab.throughput is not None:
         if args.repetitions is not None:
             lab.throughput.repetitions = args.repetitions
+        lab.throughput.max_rounds = args.max_rounds
         print(f"grade: measuring {lab.throughput.metric} ({lab.throughput.repetitions}+ rounds, "
               f"{lab.throughput.threads} thread(s))", file=sys.stderr)
         track = "" if lab.track == "cpu" else f" TRACK={lab.track}"

@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEB_PACKAGES=(
-  build-essential cmake make clang libclang-rt-14-dev libomp-dev
+  build-essential cmake make ninja-build clang libclang-rt-14-dev libomp-dev
   python3 python3-venv
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -5,13 +5,38 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__) || defined(_M_X64)
+#include <cpuid.h>
+#endif
+
 namespace servelab {
+
+bool cpuid_has_f16c() {
+#if defined(__x86_64__) || defined(_M_X64)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+    return (ecx & (1u << 29)) != 0;
+#else
+    return false;
+#endif
+}
+
+bool cpuid_has_avx_vnni() {
+#if defined(__x86_64__) || defined(_M_X64)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) == 0) return false;
+    return (eax & (1u << 4)) != 0;
+#else
+    return false;
+#endif
+}
+
 namespace {
 
 SimdLevel detected_level() {
 #if defined(__x86_64__) || defined(_M_X64)
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                      __builtin_cpu_supports("f16c");
+                      cpuid_has_f16c();
     const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");

@@ -16,4 +16,11 @@ enum class SimdLevel { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
 // and VNNI on top), capped by SERVELAB_SIMD_LEVEL. Read once per process.
 SimdLevel simd_level();
 
+// Single CPUID bits, not capped by SERVELAB_SIMD_LEVEL, for the kernels that
+// check one extension themselves. Read from CPUID directly: clang's
+// __builtin_cpu_supports knows neither name (and the ThreadSanitizer build
+// uses clang). False off x86.
+bool cpuid_has_f16c();      // half-float conversions (CPUID 1, ECX bit 29)
+bool cpuid_has_avx_vnni();  // VEX-coded int8 dot products (CPUID 7.1, EAX bit 4)
+
 }  // namespace servelab

@@ -16,6 +16,7 @@
 #define SERVELAB_X86 1
 #endif
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dequantize.h"
 #include "reference/common/error.h"
 
@@ -111,8 +112,8 @@ void rows_unrolled(const float* x, const QuantMatrix& w, int64_t r0, int64_t r1,
 #define SERVELAB_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 bool cpu_has_avx2() {
-    static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                            __builtin_cpu_supports("f16c");
+    static const bool has =
+        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuid_has_f16c();
     return has;
 }
 

@@ -348,7 +348,7 @@ bool cpu_has_avx512_vnni() {
 }
 
 bool cpu_has_avx_vnni() {
-    static const bool has = __builtin_cpu_supports("avxvnni");
+    static const bool has = cpuid_has_avx_vnni();
     return cpu_has_avx2() && has;
 }
 #endif  // SERVELAB_X86

@@ -63,6 +63,9 @@ namespace servelab {
 // How MLA layers read the latent cache (both give the same logits).
 enum class MlaMode { kAbsorbed, kNaive };
 
+// One thread at a time: a forward pass writes the runner's activation
+// buffers. Threads that compute at once need a runner each (they may share
+// the config and weights, which are only read).
 class ModelRunner : public StepRunner {
   public:
     // The runner keeps references: config and weights must outlive it.

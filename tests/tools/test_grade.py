@@ -15,6 +15,7 @@ Every fake appends one line per call to a log file, so tests can check which
 runs the grader made and in what order. Run: python3 tests/tools/test_grade.py
 """
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -491,11 +492,27 @@ class TestJudge(unittest.TestCase):
         self.assertTrue(verdict.busy)
         self.assertIn("disagree", verdict.reason)
 
-    def test_a_busy_machine_costs_at_most_four_times_the_repetitions(self):
+    def test_a_busy_machine_gives_up_after_twice_the_repetitions(self):
         rounds, verdict = grade.measure_rounds(self.SPEC,
                                                lambda index: (run(100, 1.9), run(100, 1.9)))
-        self.assertEqual(len(rounds), 12)
+        self.assertEqual(len(rounds), 6, "most of 2 x 3 rounds disturbed: no more rounds")
         self.assertTrue(verdict.busy)
+
+    def test_a_machine_busy_half_the_time_still_gets_its_rounds(self):
+        # Two rounds of every four disturbed: not most of them, so rounds go on
+        # (past the 3 repetitions, which alone are not enough) to a ratio.
+        rounds, verdict = grade.measure_rounds(
+            self.SPEC, lambda index: (run(100, 1.9 if index % 4 >= 2 else 0.0), run(100)))
+        self.assertGreater(len(rounds), 3)
+        self.assertFalse(verdict.busy)
+        self.assertAlmostEqual(verdict.ratio, 1.0, places=2)
+
+    def test_max_rounds_bounds_a_noisy_measurement_but_not_below_the_repetitions(self):
+        noisy = [1.0, 1.08, 0.93, 1.05, 0.96, 1.02, 0.98, 1.01, 0.99, 1.0, 1.0, 1.0]
+        spec = dataclasses.replace(self.SPEC, max_rounds=4)
+        rounds, _ = grade.measure_rounds(spec, lambda index: (run(100 * noisy[index]), run(100)))
+        self.assertLessEqual(len(rounds), 4)
+        self.assertEqual(dataclasses.replace(self.SPEC, max_rounds=1).round_limit(), 3)
 
 
 class TestBusyMachine(GraderTestCase):

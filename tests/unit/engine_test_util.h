@@ -35,10 +35,15 @@ class TinyModelTest : public ::testing::Test {
         }
         return prompt;
     }
-    // `prompt` generated alone on Lab 2's contiguous cache.
-    GenerationResult solo(std::span<const TokenId> prompt, const SamplingParams& params) {
+    // `prompt` generated alone on Lab 2's contiguous cache, by a runner of
+    // its own: a ModelRunner serves one thread at a time (its activations
+    // are scratch buffers), and an engine thread may be stepping runner_
+    // while a test asks for the reference answer.
+    GenerationResult solo(std::span<const TokenId> prompt, const SamplingParams& params) const {
+        ModelRunner reference_runner(model_->config, model_->weights);
         KvCache cache(model_->config, model_->config.context_length);
-        return generate(*runner_, model_->config, model_->tokenizer, prompt, params, {}, &cache);
+        return generate(reference_runner, model_->config, model_->tokenizer, prompt, params, {},
+                        &cache);
     }
 
     RandomSource random_;

@@ -187,7 +187,10 @@ TEST_F(PagedEngine, APoolTooSmallForARequestIsAClearError) {
     KvBlockManager kv(pool, false);
     // The prompt alone, or the prompt with every token it may generate,
     // does not fit the whole pool: refused up front, never left waiting.
-    for (const auto& [prompt_length, max_tokens] : {std::pair{13, 4}, std::pair{10, 8}}) {
+    for (const std::pair<int, int>& lengths : {std::pair{13, 4}, std::pair{10, 8}}) {
+        // Plain locals for the lambda: clang 14 (the TSan build) cannot
+        // capture structured bindings.
+        const int prompt_length = lengths.first, max_tokens = lengths.second;
         const std::string error =
             test::error_of([&] { paged(random_prompt(prompt_length), greedy(max_tokens), kv); });
         EXPECT_NE(error.find("raise --kv-memory"), std::string::npos) << error;
