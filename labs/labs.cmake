@@ -48,9 +48,9 @@ function(servelab_engine_with_overrides name root)
   servelab_engine_library(${name} ${root} ${overrides})
 endfunction()
 
+# `test_objects`: a list of object expressions ($<TARGET_OBJECTS:...>).
 function(servelab_lab_test_binary name test_objects engine)
-  add_executable(${name} $<TARGET_OBJECTS:${test_objects}> $<TARGET_OBJECTS:servelab_test_main>
-                         ${ARGN})
+  add_executable(${name} ${test_objects} $<TARGET_OBJECTS:servelab_test_main> ${ARGN})
   target_link_libraries(${name} PRIVATE ${engine} GTest::gmock GTest::gtest)
 endfunction()
 
@@ -201,13 +201,19 @@ foreach(lab_dir ${SERVELAB_LAB_DIRS})
   add_executable(servelab-${lab} $<TARGET_OBJECTS:servelab_cli>)
   target_link_libraries(servelab-${lab} PRIVATE servelab_${lab}_core CLI11::CLI11)
 
-  # Tests, compiled once and linked against each engine.
+  # Tests: the objects servelab_tests is linked from (each test file is
+  # compiled once, CMakeLists.txt), linked against each engine.
   servelab_manifest_test_sources(test_sources ${lab_dir}/manifest.json)
-  add_library(${lab}_test_objects OBJECT ${test_sources})
-  target_link_libraries(${lab}_test_objects PRIVATE servelab_settings GTest::gmock GTest::gtest)
-  target_compile_definitions(${lab}_test_objects PRIVATE SERVELAB_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
-  servelab_lab_test_binary(${lab}_tests ${lab}_test_objects servelab_${lab}_core)
-  servelab_lab_test_binary(${lab}_tests_reference ${lab}_test_objects servelab_core)
+  set(lab_test_objects "")
+  foreach(test_source ${test_sources})
+    get_filename_component(test_file_name ${test_source} NAME_WE)
+    if(NOT TARGET servelab_unit_${test_file_name})
+      message(FATAL_ERROR "${lab_dir}/manifest.json: ${test_source} is not a test of tests/unit/")
+    endif()
+    list(APPEND lab_test_objects $<TARGET_OBJECTS:servelab_unit_${test_file_name}>)
+  endforeach()
+  servelab_lab_test_binary(${lab}_tests "${lab_test_objects}" servelab_${lab}_core)
+  servelab_lab_test_binary(${lab}_tests_reference "${lab_test_objects}" servelab_core)
 
   # One test binary per planted bug: the bug's files are compiled into the
   # executable, so they come before servelab_core on the link line and the
@@ -216,7 +222,7 @@ foreach(lab_dir ${SERVELAB_LAB_DIRS})
   foreach(bug ${SERVELAB_PLANTED_BUGS})
     if(SERVELAB_BUG_${bug}_LAB STREQUAL lab AND SERVELAB_BUG_${bug}_TRACK STREQUAL "cpu")
       servelab_planted_bug_sources(bug_sources ${bug})
-      servelab_lab_test_binary(${lab}_bug_${SERVELAB_BUG_${bug}_NAME}_tests ${lab}_test_objects
+      servelab_lab_test_binary(${lab}_bug_${SERVELAB_BUG_${bug}_NAME}_tests "${lab_test_objects}"
                                servelab_core ${bug_sources})
       list(APPEND lab_bugs ${SERVELAB_BUG_${bug}_NAME})
     endif()

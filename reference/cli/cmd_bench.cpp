@@ -28,6 +28,7 @@
 #include "reference/common/error.h"
 #include "reference/engine/generator.h"
 #include "reference/experiments/serving_metrics.h"
+#include "reference/model/model_weights.h"
 
 namespace servelab::cli {
 namespace {
@@ -167,6 +168,7 @@ void add_bench_command(CLI::App& app) {
             {"decode_tokens_per_s",
              decode_steps > 0 ? 1000.0 * decode_steps / percentile(decode_ms, 50) : 0.0},
             {"weight_bytes_per_token", decode_weight_bytes(model.weights)},
+            {"weight_bytes_held", held_weight_bytes(model.weights)},
             {"latency_by_position", latency},
         };
         if (opts->json) {

@@ -125,9 +125,13 @@ void ModelWeights::set_matmul_mode(MatmulMode mode) {
     }
 }
 
-int64_t decode_weight_bytes(const ModelWeights& w) {
-    const WeightMatrix& embedding = w.token_embedding;
-    int64_t bytes = embedding.rows() > 0 ? embedding.bytes() / embedding.rows() : 0;  // one row
+namespace {
+
+// Bytes of every layer's matrices, each as `matrix_bytes` counts it, plus
+// every fp32 norm of the model (the layers' and the final one).
+template <typename MatrixBytes>
+int64_t layer_and_norm_bytes(const ModelWeights& w, MatrixBytes matrix_bytes) {
+    int64_t bytes = 0;
     int64_t floats = int64_t(w.output_norm.size());
     for (const LayerWeights& l : w.layers) {
         for (const std::vector<float>* tensor : {&l.attn_norm, &l.wq_a, &l.q_a_norm, &l.wq_b,
@@ -135,10 +139,26 @@ int64_t decode_weight_bytes(const ModelWeights& w) {
             floats += int64_t(tensor->size());
         }
         for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-            bytes += m->bytes();
+            bytes += matrix_bytes(*m);
         }
     }
-    return bytes + w.output_head().bytes() + floats * int64_t(sizeof(float));
+    return bytes + floats * int64_t(sizeof(float));
+}
+
+}  // namespace
+
+int64_t decode_weight_bytes(const ModelWeights& w) {
+    const WeightMatrix& embedding = w.token_embedding;
+    const int64_t embedding_row = embedding.rows() > 0 ? embedding.bytes() / embedding.rows() : 0;
+    return embedding_row + w.output_head().bytes() +
+           layer_and_norm_bytes(w, [](const WeightMatrix& m) { return m.bytes(); });
+}
+
+int64_t held_weight_bytes(const ModelWeights& w) {
+    // Fast mode's repacked copy (kernels/cpu/quant_matmul_repacked.h) is the
+    // same size as the blocks it was made from, and held beside them.
+    const auto held = [](const WeightMatrix& m) { return m.bytes() * (m.is_repacked() ? 2 : 1); };
+    return held(w.token_embedding) + held(w.output) + layer_and_norm_bytes(w, held);
 }
 
 }  // namespace servelab

@@ -67,5 +67,9 @@ int64_t count_parameters(const ModelConfig& config);
 // and one embedding row. Batch-1 decode's memory traffic, for the roofline
 // (issue 11, `servelab bench --json`).
 int64_t decode_weight_bytes(const ModelWeights& weights);
+// Bytes of weights the process holds: every matrix's blocks, the repacked
+// copy fast mode keeps beside them where it applies, and the fp32 norms.
+// Not what a token reads (decode_weight_bytes: one copy, one embedding row).
+int64_t held_weight_bytes(const ModelWeights& weights);
 
 }  // namespace servelab
