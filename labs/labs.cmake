@@ -257,13 +257,14 @@ foreach(lab_dir ${SERVELAB_LAB_DIRS})
   # Grader self-tests. Each writes its results.json under the build folder.
   set(grade ${Python3_EXECUTABLE} ${SERVELAB_GRADER} --lab ${lab_number} --no-build
             --build-dir ${CMAKE_BINARY_DIR} --reference-cli $<TARGET_FILE:servelab>)
-  # At most 6 timed rounds (a student's grade may take 4 x the repetitions):
-  # enough for the reference against itself to settle inside [0.9, 1.1] on a
-  # quiet machine, and a bound on what a noisy one costs make test.
+  # From 2 to 6 timed rounds (a student's grade takes the manifest's
+  # repetitions, up to 4 x them): the reference against itself settles inside
+  # [0.9, 1.1] in 2 agreeing rounds, one of each order, on a quiet machine,
+  # and a noisy one costs make test at most 6.
   add_test(NAME grade_${lab}_reference_scores_100
     COMMAND ${grade} --student-tests $<TARGET_FILE:${lab}_tests_reference>
             --student-cli $<TARGET_FILE:servelab> --out ${CMAKE_BINARY_DIR}/grade_${lab}_reference.json
-            --min-score 100 --skip-if-busy --max-rounds 6 ${program_args})
+            --min-score 100 --skip-if-busy --repetitions 2 --max-rounds 6 ${program_args})
   add_test(NAME grade_${lab}_skeleton_scores_0
     COMMAND ${grade} --student-tests $<TARGET_FILE:${lab}_tests>
             --student-cli $<TARGET_FILE:servelab-${lab}> --out ${CMAKE_BINARY_DIR}/grade_${lab}_skeleton.json

@@ -359,6 +359,28 @@ def load_manifest(lab):
     return grade.load_lab(int(lab[3:]))
 
 
+def link_command(build_dir, target):
+    """How the build links `target`, as a list: from Ninja (the presets'
+    generator), or from the link.txt a Makefile build writes."""
+    link_txt = build_dir / "CMakeFiles" / f"{target}.dir" / "link.txt"
+    if link_txt.is_file():
+        return shlex.split(link_txt.read_text(encoding="utf-8"))
+    run = subprocess.run(["ninja", "-C", str(build_dir), "-t", "commands", target],
+                         capture_output=True, text=True)
+    lines = run.stdout.strip().splitlines()
+    if run.returncode != 0 or not lines:
+        raise BuildError(f"cannot read how {target} is linked: neither {link_txt} nor "
+                         f"`ninja -t commands {target}` in {build_dir}: "
+                         f"{grade.tail(run.stderr, 5)}")
+    # Ninja wraps each link as ": && <command> && :" (with pre- and post-link steps).
+    words = shlex.split(lines[-1])
+    while words and words[0] in (":", "&&"):
+        words.pop(0)
+    while words and words[-1] in (":", "&&"):
+        words.pop()
+    return words
+
+
 def prepare(lab, build_dir, jobs, build=True):
     """Builds the lab's reference tests (unless build is False: they must exist);
     returns what mutants need to be built and run."""
@@ -377,8 +399,7 @@ def prepare(lab, build_dir, jobs, build=True):
         path = pathlib.Path(entry["file"])
         if "servelab_reference_" in entry["command"] and path.is_relative_to(REPO_ROOT):
             commands[path.relative_to(REPO_ROOT).as_posix()] = shlex.split(entry["command"])
-    link_txt = build_dir / "CMakeFiles" / f"{target}.dir" / "link.txt"
-    link = shlex.split(link_txt.read_text(encoding="utf-8"))
+    link = link_command(build_dir, target)
     binary = build_dir / target
     names, failed = grade.list_tests(binary, 120)
     if failed is not None:
