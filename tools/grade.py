@@ -735,7 +735,7 @@ RATIO_SE_TARGET = 0.02      # stop adding rounds once the ratio is this certain 
 RATIO_SE_LIMIT = 0.035      # grade at most this uncertain a ratio, else "machine busy"
 NOISE_FLOOR = 0.01          # the smallest run-to-run noise assumed (1 %)
 MAX_ROUNDS_FACTOR = 4       # rounds at most: this x repetitions
-ORDER_GAP_TO_SETTLE = 0.05  # one round of an order settles only within 5 % of the other order
+ORDER_GAP_TO_SETTLE = 0.05  # an order of 1-2 rounds settles only within 5 % of the other
 
 
 class BenchError(Exception):
@@ -873,11 +873,12 @@ class Verdict:
     smallest_order: int = None   # rounds in the order that has fewer
 
     def settled(self):
-        # An order with a single round has that round as its median: one disturbance the
-        # probe missed would move the ratio by half of it while the rest looks settled.
-        # So such a ratio counts only when the two orders agree.
+        # An order with one or two rounds has no median that resists an outlier: one
+        # disturbance the probe missed moves it by all or half of that round's error
+        # while the rest looks settled. So such a ratio counts only when the two
+        # orders agree.
         orders_agree = self.smallest_order is not None and (
-            self.smallest_order >= 2 or self.order_gap <= ORDER_GAP_TO_SETTLE)
+            self.smallest_order >= 3 or self.order_gap <= ORDER_GAP_TO_SETTLE)
         return (self.ratio is not None and self.standard_error <= RATIO_SE_TARGET
                 and orders_agree)
 

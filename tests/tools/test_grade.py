@@ -470,6 +470,18 @@ class TestJudge(unittest.TestCase):
         rounds.append((run(99.5), run(100)))  # a second reference-first round: medians again
         self.assertEqual(grade.judge(rounds, self.SPEC, num_cpus=2).smallest_order, 2)
 
+    def test_an_outlier_in_an_order_of_two_rounds_does_not_settle(self):
+        # Lab 11's self-test once read these: student-first rounds at 0.99, the two
+        # reference-first ones 1.093 and 1.467 (a run the probe saw as quiet). The
+        # reference-first median is the two rounds' mean: the ratio, 1.121, must not stand.
+        ratios = [0.996, 1.093, 0.989, 1.467, 0.992]
+        rounds = [(run(100 * r), run(100)) for r in ratios]
+        verdict = grade.judge(rounds, self.SPEC, num_cpus=2)
+        self.assertEqual(verdict.smallest_order, 2)
+        self.assertFalse(verdict.settled())
+        rounds += [(run(100), run(100)), (run(99.5), run(100))]
+        self.assertLess(grade.judge(rounds, self.SPEC, num_cpus=2).ratio, 1.05)
+
     def test_quiet_rounds_settle_at_the_repetitions(self):
         values = iter([(run(100), run(100)), (run(101), run(100)), (run(99), run(100))])
         rounds, verdict = grade.measure_rounds(self.SPEC, lambda index: next(values))
