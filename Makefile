@@ -1,9 +1,11 @@
 # servelab — the two commands of README.md, and a few helpers.
 #   make run       set up, build, and chat with the default model (SmolLM2-135M-Instruct)
-#   make test      set up, build, and run the test suite through ctest (all but the
-#                  `slow` label), then print the ten slowest tests
+#   make test      set up, build (release, and the fuzz and tsan trees with clang), and
+#                  run the test suite through ctest (all but the `slow` label), then
+#                  print the ten slowest tests
 #   make test-all  the same with the slow tests too (the full mutation run, a long
-#                  fuzz run, the GPU-check build): about half an hour more
+#                  fuzz run, every unit test and the server suites under
+#                  ThreadSanitizer, the GPU-check build): about an hour more
 # Both are idempotent: re-running skips what is already installed or built.
 
 MAKEFLAGS += --no-print-directory
