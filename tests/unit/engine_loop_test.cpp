@@ -391,9 +391,8 @@ TEST_F(EngineLoopTest, TwoLoopsOnOneThreadTakeTurnsSoASaturatedModelCannotStallT
     // in the order they happened, however busy the machine.
     std::vector<int64_t> a_steps_at_b_step;
     EngineLoop* loop_a_of_b = nullptr;
-    StepWatchingRunner watched_b(runner_b, [&] {
-        a_steps_at_b_step.push_back(loop_a_of_b->stats().total_steps);
-    });
+    StepWatchingRunner watched_b(
+        runner_b, [&] { a_steps_at_b_step.push_back(loop_a_of_b->stats().total_steps); });
     Engine engine_b(*model_, watched_b, EngineConfig{});
     const auto signal = std::make_shared<LoopSignal>();
     EngineLoop loop_a(engine_a, {}, signal);
