@@ -5,7 +5,8 @@
 #                  print the ten slowest tests
 #   make test-all  the same with the slow tests too (the full mutation run, a long
 #                  fuzz run, every unit test and the server suites under
-#                  ThreadSanitizer, the GPU-check build): about an hour more
+#                  ThreadSanitizer, the grader's timed speed self-tests, the
+#                  GPU-check build): about an hour more
 # Both are idempotent: re-running skips what is already installed or built.
 
 MAKEFLAGS += --no-print-directory

@@ -78,6 +78,7 @@ Usage: grade.py --lab N [--track cpu|cuda] [--build-dir build/release] [--no-bui
 """
 import argparse
 import fnmatch
+import itertools
 import json
 import math
 import os
@@ -137,16 +138,19 @@ class Throughput:
     threads: int = 1              # OMP_NUM_THREADS of the timed runs
     cores: int = None             # cores a timed run keeps busy (default: threads)
     max_rounds: int = None        # rounds at most (default MAX_ROUNDS_FACTOR x repetitions)
+    target_error: float = None    # stop at this standard error (default RATIO_SE_TARGET)
 
     def __post_init__(self):
         if self.cores is None:
             self.cores = self.threads
 
     def round_limit(self):
-        """Rounds at most: --max-rounds, never below the repetitions."""
+        """Rounds at most: --max-rounds, never below the repetitions, nor below
+        the rounds any ratio needs (MIN_ROUNDS_PER_ORDER of each order)."""
+        least = max(self.repetitions, 2 * MIN_ROUNDS_PER_ORDER)
         if self.max_rounds is None:
-            return MAX_ROUNDS_FACTOR * self.repetitions
-        return max(self.max_rounds, self.repetitions)
+            return max(MAX_ROUNDS_FACTOR * self.repetitions, least)
+        return max(self.max_rounds, least)
 
 
 @dataclass
@@ -715,11 +719,16 @@ def check_not_all_skipped(results):
 #     the median ratio of the student-first rounds and that of the
 #     reference-first rounds, so that an order effect cancels;
 #   - its uncertainty is estimated from the rounds' spread (a robust standard
-#     deviation, 1.4826 x the median absolute deviation of the log ratios
-#     around their order's median, at least NOISE_FLOOR, x 1.25 / sqrt(rounds)
-#     for a median). Rounds are added, from `repetitions` up to
-#     MAX_ROUNDS_FACTOR x repetitions (or --max-rounds), until it is at most
-#     RATIO_SE_TARGET;
+#     deviation of the log ratios within each order, Shamos' estimator, at
+#     least NOISE_FLOOR, x 1.25 / sqrt(rounds) for a median). A spread needs
+#     rounds to measure it: no ratio comes from fewer than
+#     MIN_ROUNDS_PER_ORDER rounds of each order, and the standard error is
+#     scaled by Student's t(0.975, rounds - 2) / 1.96, since a spread measured
+#     from four rounds may be a lucky one and the uncertainty must say so.
+#     (Lab 7's rounds vary by 8.5 %; two of them once agreed at 1.108, and the
+#     noise floor alone called that ratio certain to 1 %.) Rounds are added, from
+#     `repetitions` up to MAX_ROUNDS_FACTOR x repetitions (or --max-rounds),
+#     until it is at most RATIO_SE_TARGET (or --target-error);
 #   - a machine that disturbs most rounds will not settle a ratio in the
 #     rounds left: once 2 x repetitions rounds have run and more than half
 #     of them were disturbed, no more are added (it says "machine busy"
@@ -735,7 +744,21 @@ RATIO_SE_TARGET = 0.02      # stop adding rounds once the ratio is this certain 
 RATIO_SE_LIMIT = 0.035      # grade at most this uncertain a ratio, else "machine busy"
 NOISE_FLOOR = 0.01          # the smallest run-to-run noise assumed (1 %)
 MAX_ROUNDS_FACTOR = 4       # rounds at most: this x repetitions
-ORDER_GAP_TO_SETTLE = 0.05  # an order of 1-2 rounds settles only within 5 % of the other
+ORDER_GAP_TO_SETTLE = 0.05  # an order of 2 rounds settles only within 5 % of the other
+MIN_ROUNDS_PER_ORDER = 2    # undisturbed rounds of each order before there is any ratio
+
+# Student's t quantile t(0.975, df) for df = 1..30; above that, a series in 1/df.
+T_975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+         2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+Z_975 = 1.960
+
+
+def t_975(degrees_of_freedom):
+    """Student's t(0.975) for this many degrees of freedom (>= 1)."""
+    if degrees_of_freedom <= len(T_975):
+        return T_975[degrees_of_freedom - 1]
+    return Z_975 + (Z_975 ** 3 + Z_975) / (4 * degrees_of_freedom)
 
 
 class BenchError(Exception):
@@ -872,20 +895,15 @@ class Verdict:
     order_gap: float = None      # |log| of one order's median ratio over the other's
     smallest_order: int = None   # rounds in the order that has fewer
 
-    def settled(self):
-        # An order with one or two rounds has no median that resists an outlier: one
-        # disturbance the probe missed moves it by all or half of that round's error
+    def settled(self, target_error=RATIO_SE_TARGET):
+        # An order with two rounds has no median that resists an outlier: one
+        # disturbance the probe missed moves it by half of that round's error
         # while the rest looks settled. So such a ratio counts only when the two
         # orders agree.
         orders_agree = self.smallest_order is not None and (
-            self.smallest_order >= 3 or self.order_gap <= ORDER_GAP_TO_SETTLE)
-        return (self.ratio is not None and self.standard_error <= RATIO_SE_TARGET
+            self.smallest_order > MIN_ROUNDS_PER_ORDER or self.order_gap <= ORDER_GAP_TO_SETTLE)
+        return (self.ratio is not None and self.standard_error <= target_error
                 and orders_agree)
-
-
-def median_absolute_deviation(values):
-    center = statistics.median(values)
-    return statistics.median([abs(v - center) for v in values])
 
 
 def judge(rounds, spec, num_cpus):
@@ -907,21 +925,34 @@ def judge(rounds, spec, num_cpus):
         else:
             logs[index] = math.log(max(pair[0].value, 1e-12) / pair[1].value)
     by_order = [[logs[i] for i in logs if i % 2 == 0], [logs[i] for i in logs if i % 2 == 1]]
-    if len(logs) < spec.repetitions or not all(by_order):
+    if len(logs) < spec.repetitions or min(map(len, by_order)) < MIN_ROUNDS_PER_ORDER:
         verdict.reason = (f"only {len(logs)} of {len(rounds)} rounds ran undisturbed "
-                          f"({max(spec.repetitions, 2)} needed, of both orders)")
+                          f"({max(spec.repetitions, 2 * MIN_ROUNDS_PER_ORDER)} needed, "
+                          f"{MIN_ROUNDS_PER_ORDER} of each order)")
         verdict.busy = True
         return verdict
     centers = [statistics.median(group) for group in by_order]
-    residuals = [value - centers[order] for order, group in enumerate(by_order) for value in group]
-    noise = max(1.4826 * median_absolute_deviation(residuals) if len(residuals) > 2 else 0.0,
-                NOISE_FLOOR)
     verdict.ratio = math.exp(sum(centers) / 2)
     verdict.order_gap = abs(centers[0] - centers[1])
     verdict.smallest_order = min(len(group) for group in by_order)
-    verdict.standard_error = 1.25 * noise / math.sqrt(len(logs))
+    verdict.standard_error = ratio_standard_error(by_order)
     verdict.used = sorted(logs)
     return verdict
+
+
+def ratio_standard_error(by_order):
+    """The standard error of log(ratio), from the spread of the log ratios within
+    each order (each order has MIN_ROUNDS_PER_ORDER rounds or more)."""
+    # Shamos' estimator: 1.0483 x the median of |x_i - x_j| over the pairs of
+    # rounds of one order is the standard deviation for normal noise, ignores
+    # the order effect, and resists outliers like the median absolute
+    # deviation does -- but, unlike deviations from an order's own median,
+    # has no zero term from the median round itself.
+    differences = [abs(a - b) for group in by_order for a, b in itertools.combinations(group, 2)]
+    noise = max(1.0483 * statistics.median(differences), NOISE_FLOOR)
+    rounds = sum(len(group) for group in by_order)
+    degrees_of_freedom = rounds - len(by_order)
+    return 1.25 * noise / math.sqrt(rounds) * t_975(degrees_of_freedom) / Z_975
 
 
 def mostly_disturbed(rounds, verdict, spec):
@@ -941,7 +972,7 @@ def measure_rounds(spec, one_round):
         rounds.append(one_round(index))
         if len(rounds) >= spec.repetitions:
             verdict = judge(rounds, spec, num_cpus)
-            if verdict.settled():
+            if verdict.settled(spec.target_error or RATIO_SE_TARGET):
                 return rounds, verdict
             if mostly_disturbed(rounds, verdict, spec):
                 break
@@ -1150,6 +1181,10 @@ def parse_args(argv):
     parser.add_argument("--max-rounds", type=int,
                         help="timed rounds at most (default 4 x the repetitions; never fewer "
                              "than the repetitions)")
+    parser.add_argument("--target-error", type=float, metavar="PERCENT",
+                        help=f"add rounds until the ratio's standard error is at most this "
+                             f"(default {RATIO_SE_TARGET:.0%}; at most {RATIO_SE_LIMIT:.1%}, "
+                             f"the most that is graded)")
     parser.add_argument("--program-arg", action="append", default=[], metavar="ARG",
                         help="one more argument for the throughput program (--program-arg=--x=1)")
     parser.add_argument("--skip-throughput", action="store_true",
@@ -1173,6 +1208,8 @@ def parse_args(argv):
         parser.error("--lab must be >= 1")
     if args.repetitions is not None and args.repetitions < 1:
         parser.error("--repetitions must be >= 1")
+    if args.target_error is not None and not 0 < args.target_error <= RATIO_SE_LIMIT * 100:
+        parser.error(f"--target-error must be in (0, {RATIO_SE_LIMIT * 100:g}] percent")
     return args
 
 
@@ -1218,6 +1255,8 @@ def grade(lab, args):
         if args.repetitions is not None:
             lab.throughput.repetitions = args.repetitions
         lab.throughput.max_rounds = args.max_rounds
+        if args.target_error is not None:
+            lab.throughput.target_error = args.target_error / 100
         print(f"grade: measuring {lab.throughput.metric} ({lab.throughput.repetitions}+ rounds, "
               f"{lab.throughput.threads} thread(s))", file=sys.stderr)
         track = "" if lab.track == "cpu" else f" TRACK={lab.track}"

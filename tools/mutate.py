@@ -428,11 +428,29 @@ def run_tests(binary, test_filter, timeout_s, seed):
     return "killed (crash)" if run.returncode < 0 else "killed"
 
 
+def without_exercise_marker(command):
+    """The reference object's compile command less the exercise-file marker
+    (-include .../exercise_file_marker.h, -DSERVELAB_EXERCISE_FILE=...): a mutant
+    is not the reference version, and must not say it is, or the engine would
+    fuse kernels around it (reference/common/exercise_files.h)."""
+    kept, index = [], 0
+    while index < len(command):
+        argument = command[index]
+        if (argument == "-include" and index + 1 < len(command)
+                and command[index + 1].endswith("exercise_file_marker.h")):
+            index += 2
+            continue
+        if not argument.startswith("-DSERVELAB_EXERCISE_FILE="):
+            kept.append(argument)
+        index += 1
+    return kept
+
+
 def compile_mutant(lab_build, mutant, scratch):
     source = scratch / mutant.path
     source.parent.mkdir(parents=True, exist_ok=True)
     source.write_text(mutant.text, encoding="utf-8")
-    command = list(lab_build.compile_commands[mutant.path])
+    command = without_exercise_marker(lab_build.compile_commands[mutant.path])
     obj = scratch / "mutant.o"
     out_at = command.index("-o")
     command[out_at + 1] = str(obj)

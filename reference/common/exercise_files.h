@@ -12,9 +12,9 @@
 // How a binary knows: the build compiles each exercise file's reference
 // version with exercise_file_marker.h force-included (CMakeLists.txt, the
 // servelab_reference_<file> objects). The marker registers the file's path at
-// start-up, but only when the compiled source is the file at its place in the
-// repository: a mutant, compiled with the same command from a scratch copy,
-// does not register. A student's file, a planted bug's or a mutant's object
+// start-up. Nothing else is compiled with it: a mutant is compiled from a
+// scratch copy with the reference object's command less the marker's flags
+// (tools/mutate.py), and does not register. A student's file, a planted bug's or a mutant's object
 // is linked in place of the reference object, whose symbols are then already
 // defined, so the linker never pulls the reference object (nor its marker)
 // out of the archive. No registration means no fusion: the safe default.

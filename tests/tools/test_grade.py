@@ -19,6 +19,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -366,6 +367,13 @@ class TestThroughput(GraderTestCase):
         self.assertIn("student median 100", speed["output"])
         self.assertIn("reference median 100", speed["output"])
 
+    def test_the_self_tests_check_reads_the_ratios_standard_error(self):
+        # tests/tools/check_grade.py widens its band by the "+- E%" this prints.
+        import check_grade
+        speed, results = self.grade_speed(100.0)
+        error = re.search(r"ratio 1.000 \+- ([0-9.]+)%", speed["output"]).group(1)
+        self.assertEqual(check_grade.standard_errors(results), [float(error) / 100])
+
     def test_half_speed_gets_partial_points(self):
         speed, _ = self.grade_speed(50.0)
         expected = 10 * (0.5 - 0.1) / (0.8333 - 0.1)
@@ -379,25 +387,26 @@ class TestThroughput(GraderTestCase):
         self.assertEqual(results["leaderboard"][0]["value"], 0.05)
 
     def test_runs_alternate_student_first_then_reference_first(self):
-        self.grade_speed(100.0, repetitions=3)
+        self.grade_speed(100.0, repetitions=5)
         bench_calls = [line for line in self.logged() if not line.startswith("tests")]
-        self.assertEqual(bench_calls, ["student", "reference", "reference", "student",
-                                       "student", "reference"])
+        self.assertEqual(bench_calls, ["student", "reference", "reference", "student"] * 2
+                         + ["student", "reference"])
 
     def test_timed_runs_use_the_manifests_threads_whatever_the_environment(self):
         with mock.patch.dict(os.environ, {"OMP_NUM_THREADS": "7"}):
             self.grade_speed(100.0, repetitions=2)
         threads = Path(str(self.log) + ".env").read_text().split()
-        self.assertEqual(threads, ["1"] * 4)
+        self.assertEqual(threads, ["1"] * 8)
 
     def test_repetitions_flag_overrides_manifest(self):
         self.fake_cli("reference", value=100.0)
         self.fake_cli("student", value=100.0)
         self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5}], throughput=THROUGHPUT)
         self.grade("--repetitions", "1")
-        # At least one round of each order: two rounds.
+        # Fewer repetitions than the manifest's 3, but any ratio needs two rounds
+        # of each order (a spread to measure its noise from): four rounds.
         self.assertEqual([l for l in self.logged() if not l.startswith("tests")],
-                         ["student", "reference", "reference", "student"])
+                         ["student", "reference", "reference", "student"] * 2)
 
     def test_failing_student_cli_gets_nothing(self):
         speed, results = self.grade_speed(100.0, student_fails=True)
@@ -442,7 +451,8 @@ class TestJudge(unittest.TestCase):
         # One thread on 2 CPUs: one core's worth of other work is harmless,
         # more than that (1.1 cores allowed) disturbs the run.
         rounds = [(run(100, 1.05), run(100, 1.0)), (run(40, 1.8), run(100, 0.0)),
-                  (run(99), run(100)), (run(101), run(100))]
+                  (run(99), run(100)), (run(101), run(100)), (run(100), run(100)),
+                  (run(100.5), run(100))]
         verdict = grade.judge(rounds, self.SPEC, num_cpus=2)
         self.assertEqual(verdict.disturbed, [1])
         self.assertAlmostEqual(verdict.ratio, 1.0, places=2)
@@ -482,11 +492,45 @@ class TestJudge(unittest.TestCase):
         rounds += [(run(100), run(100)), (run(99.5), run(100))]
         self.assertLess(grade.judge(rounds, self.SPEC, num_cpus=2).ratio, 1.05)
 
-    def test_quiet_rounds_settle_at_the_repetitions(self):
-        values = iter([(run(100), run(100)), (run(101), run(100)), (run(99), run(100))])
+    def test_quiet_rounds_settle_at_two_of_each_order(self):
+        values = iter([(run(100), run(100)), (run(101), run(100)), (run(99.5), run(100)),
+                       (run(100.5), run(100))])
         rounds, verdict = grade.measure_rounds(self.SPEC, lambda index: next(values))
-        self.assertEqual(len(rounds), 3)
+        self.assertEqual(len(rounds), 4)
+        self.assertTrue(verdict.settled())
         self.assertAlmostEqual(verdict.ratio, 1.0, places=2)
+
+    def test_one_round_of_each_order_gives_no_ratio_however_well_they_agree(self):
+        # Lab 7's self-test once stopped here: the reference against itself, two
+        # rounds that agreed at 1.108 while its rounds vary by 8.5 %. One round of
+        # an order has no spread around its own median, so nothing measured the
+        # noise, and the noise floor called the ratio certain to 1 %.
+        rounds = [(run(110.2), run(100)), (run(111.4), run(100))]
+        spec = dataclasses.replace(self.SPEC, repetitions=2)
+        verdict = grade.judge(rounds, spec, num_cpus=2)
+        self.assertIsNone(verdict.ratio)
+        self.assertIn("2 of each order", verdict.reason)
+
+    def test_few_rounds_widen_the_standard_error(self):
+        # The same spread from 4 rounds and from 16: the 4-round error is larger
+        # than the 1/sqrt(rounds) alone (Student's t for 2 degrees of freedom).
+        few = [1.05, 0.95, 0.95, 1.05]
+        many = few * 4
+        judged = [grade.judge([(run(100 * r), run(100)) for r in ratios], self.SPEC, num_cpus=2)
+                  for ratios in (few, many)]
+        self.assertGreater(judged[0].standard_error, 2 * judged[1].standard_error * 1.5)
+
+    def test_lab7_like_noise_does_not_settle_in_six_rounds(self):
+        # Rounds of Lab 7's reference against itself on 2 cores (8.5 % spread):
+        # six of them are too few for a 2 % error, and more than the 3.5 % graded.
+        lab7 = [1.061, 0.908, 1.046, 1.031, 0.968, 0.899]
+        spec = dataclasses.replace(self.SPEC, repetitions=4, max_rounds=6)
+        rounds, verdict = grade.measure_rounds(
+            spec, lambda index: (run(100 * lab7[index]), run(100)))
+        self.assertEqual(len(rounds), 6)
+        self.assertIsNone(verdict.ratio)
+        self.assertTrue(verdict.busy)
+        self.assertIn("disagree", verdict.reason)
 
     def test_noisy_rounds_get_more_rounds_then_a_ratio(self):
         noisy = [1.0, 1.08, 0.93, 1.05, 0.96, 1.02, 0.98, 1.01, 0.99, 1.0, 1.0, 1.0]
@@ -519,12 +563,28 @@ class TestJudge(unittest.TestCase):
         self.assertFalse(verdict.busy)
         self.assertAlmostEqual(verdict.ratio, 1.0, places=2)
 
+    def test_a_looser_target_error_stops_sooner(self):
+        # Rounds 2 % apart: a 2 % error is not reached in 4 rounds, 3.5 % is.
+        spread = [1.0, 1.02, 0.98, 1.0] * 3
+        strict = dataclasses.replace(self.SPEC, repetitions=4, max_rounds=12)
+        loose = dataclasses.replace(strict, target_error=0.035)
+        rounds_strict, _ = grade.measure_rounds(
+            strict, lambda index: (run(100 * spread[index]), run(100)))
+        rounds_loose, verdict = grade.measure_rounds(
+            loose, lambda index: (run(100 * spread[index]), run(100)))
+        self.assertEqual(len(rounds_loose), 4)
+        self.assertLessEqual(verdict.standard_error, 0.035)
+        self.assertGreater(len(rounds_strict), 4)
+
     def test_max_rounds_bounds_a_noisy_measurement_but_not_below_the_repetitions(self):
         noisy = [1.0, 1.08, 0.93, 1.05, 0.96, 1.02, 0.98, 1.01, 0.99, 1.0, 1.0, 1.0]
         spec = dataclasses.replace(self.SPEC, max_rounds=4)
         rounds, _ = grade.measure_rounds(spec, lambda index: (run(100 * noisy[index]), run(100)))
         self.assertLessEqual(len(rounds), 4)
-        self.assertEqual(dataclasses.replace(self.SPEC, max_rounds=1).round_limit(), 3)
+        self.assertEqual(dataclasses.replace(self.SPEC, max_rounds=1).round_limit(), 4,
+                         "never below two rounds of each order")
+        self.assertEqual(dataclasses.replace(self.SPEC, repetitions=5, max_rounds=1)
+                         .round_limit(), 5)
 
 
 class TestBusyMachine(GraderTestCase):
@@ -606,7 +666,7 @@ class TestThroughputProgram(GraderTestCase):
         self.assertEqual(results["leaderboard"][0]["value"], 0.45)
         self.assertIn("timed in the same runs", speed["output"])
         calls = [line for line in self.logged() if not line.startswith("tests")]
-        self.assertEqual(calls, ["program --trials 3"] * 2, "the CLIs are not run")
+        self.assertEqual(calls, ["program --trials 3"] * 4, "the CLIs are not run")
 
     def test_failing_program_gets_nothing(self):
         speed, results = self.grade_program(10.0, fail=True)

@@ -126,6 +126,15 @@ class TestIdsAndChoice(unittest.TestCase):
         self.assertTrue(all(len(key) == 8 for key in ids))
         self.assertTrue(ids, "tests/labs/README.md lists the argued equivalent mutants")
 
+    def test_a_mutant_is_compiled_without_the_exercise_file_marker(self):
+        # The marker says "the reference version of this file is linked", which
+        # turns fusions on around it: a mutant must not say so.
+        command = ["c++", "-DA=1", '-DSERVELAB_EXERCISE_FILE="kernels/cpu/rmsnorm.cpp"', "-O2",
+                   "-include", "/repo/reference/common/exercise_file_marker.h",
+                   "-include", "/repo/other.h", "-c", "rmsnorm.cpp"]
+        self.assertEqual(mutate.without_exercise_marker(command),
+                         ["c++", "-DA=1", "-O2", "-include", "/repo/other.h", "-c", "rmsnorm.cpp"])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -9,6 +9,8 @@
 // it gets alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "reference/common/error.h"
 #include "reference/kv/kv_block_manager.h"
 #include "reference/sampling/sampling_filters.h"
@@ -122,6 +124,65 @@ TEST_F(BatchedForward, GreedyDecodingOfABatchGivesEachSequenceItsOwnTokens) {
                   expected.tokens)
             << "sequence " << i;
         kv.finish(sequences[size_t(i)]);
+    }
+}
+
+// The engine tests hold each request to its solo run on a paged cache of
+// its own, token for token (TinyModelTest::solo()). That is fair only if a
+// sequence's logits on the paged path have the same bits whatever shares its
+// step, however its prompt is chunked and whatever the block size: this test
+// says so directly, so that a kernel that breaks it is named here rather
+// than flipping a sampled token in an engine test once in a while.
+TEST_F(BatchedForward, PagedLogitsHaveTheSameBitsWhateverTheBatchTheChunksAndTheBlockSize) {
+    SCOPED_TRACE(random_.trace());
+    const size_t vocab = size_t(model_->config.vocab_size);
+    const std::vector<TokenId> prompt = random_prompt(random_.integer(2, 40));
+    const std::vector<TokenId> other = random_prompt(random_.integer(1, 40));
+    std::vector<float> alone;
+    {
+        PagedKvCache pool(model_->config, 64, 16);
+        KvBlockManager kv(pool, false);
+        PagedSequence s = kv.start(prompt);
+        ASSERT_TRUE(kv.reserve(s, int64_t(prompt.size())));
+        const std::vector<float> logits = runner_->forward({prompt, 0}, pool, s.table);
+        alone.assign(logits.end() - int64_t(vocab), logits.end());
+        kv.finish(s);
+    }
+    for (const int64_t block_size : {1, 3, 4, 7, 32}) {
+        PagedKvCache pool(model_->config, 128, block_size);
+        KvBlockManager kv(pool, false);
+        PagedSequence s = kv.start(prompt), o = kv.start(other);
+        std::vector<float> last;
+        while (s.num_computed_tokens < int64_t(prompt.size())) {
+            // A random chunk of the prompt, beside a chunk of the other sequence
+            // (or beside nothing once the other is computed).
+            const int64_t count =
+                random_.integer(1, int64_t(prompt.size()) - s.num_computed_tokens);
+            ASSERT_TRUE(kv.reserve(s, count));
+            std::vector<SequenceChunk> chunks;
+            const int64_t other_count = std::min<int64_t>(
+                random_.integer(1, 8), int64_t(other.size()) - o.num_computed_tokens);
+            if (other_count > 0) {
+                ASSERT_TRUE(kv.reserve(o, other_count));
+                chunks.push_back({StepInput{std::span(other).subspan(size_t(o.num_computed_tokens),
+                                                                     size_t(other_count)),
+                                            o.num_computed_tokens},
+                                  &o.table});
+            }
+            chunks.push_back(
+                {StepInput{std::span(prompt).subspan(size_t(s.num_computed_tokens), size_t(count)),
+                           s.num_computed_tokens},
+                 &s.table});
+            const std::vector<float> logits = runner_->forward_batch(chunks, pool);
+            last.assign(logits.end() - int64_t(vocab), logits.end());
+            kv.commit(s, prompt);
+            if (other_count > 0) kv.commit(o, other);
+        }
+        EXPECT_EQ(last, alone) << "block size " << block_size
+                               << ": the last prompt token's logits are not the same bits as "
+                               << "the prompt's alone, in one chunk, with blocks of 16";
+        kv.finish(s);
+        kv.finish(o);
     }
 }
 

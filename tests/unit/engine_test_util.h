@@ -1,9 +1,10 @@
 // engine_test_util.h — shared setup for the engine tests (Labs 4 and 5).
 //
 // A random tiny model with its runner, random prompts over its vocabulary,
-// and the reference every paged or batched run is held to: the tokens
-// generate() gives a prompt alone, on a contiguous cache. And a one-number
-// model config for tests of block bookkeeping that need no model.
+// and the reference every paged or batched run is held to: the tokens a
+// prompt gets alone, on a paged cache of its own (the engine's attention
+// path, so the same bits). And a one-number model config for tests of block
+// bookkeeping that need no model.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "reference/engine/generator.h"
+#include "reference/engine/runner_generate.h"
 #include "reference/model/model.h"
 #include "reference/model/tiny_model.h"
 #include "tests/unit/test_util.h"
@@ -35,11 +37,23 @@ class TinyModelTest : public ::testing::Test {
         }
         return prompt;
     }
-    // `prompt` generated alone on Lab 2's contiguous cache, by a runner of
+    // `prompt` generated alone on a paged cache of its own, by a runner of
     // its own: a ModelRunner serves one thread at a time (its activations
     // are scratch buffers), and an engine thread may be stepping runner_
-    // while a test asks for the reference answer.
+    // while a test asks for the reference answer. The paged path's logits
+    // have the same bits whatever shares the step, however the prompt is
+    // chunked and whatever the block size (tokens_up_to_rounding.h), so an
+    // engine's request must equal this token for token.
     GenerationResult solo(std::span<const TokenId> prompt, const SamplingParams& params) const {
+        ModelRunner reference_runner(model_->config, model_->weights);
+        return generate_on_runner(reference_runner, *model_, prompt, params,
+                                  RunnerLayout::kContiguous, /*block_size=*/16);
+    }
+    // `prompt` generated alone by Lab 2's generate() on a contiguous cache:
+    // another attention kernel, so compare it with the paged path's tokens
+    // up to rounding (tokens_up_to_rounding.h).
+    GenerationResult contiguous_solo(std::span<const TokenId> prompt,
+                                     const SamplingParams& params) const {
         ModelRunner reference_runner(model_->config, model_->weights);
         KvCache cache(model_->config, model_->config.context_length);
         return generate(reference_runner, model_->config, model_->tokenizer, prompt, params, {},

@@ -13,6 +13,7 @@
 
 #include "reference/common/error.h"
 #include "reference/engine/generator.h"
+#include "reference/engine/runner_generate.h"
 #include "reference/model/model.h"
 #include "reference/model/tiny_model.h"
 #include "reference/sampling/sampler.h"
@@ -685,9 +686,11 @@ void run_sixty_four_requests(SchedulingPolicy policy,
             params.temperature = 0.8f;
             params.seed = uint64_t(random.integer(0, 1 << 30));
         }
-        KvCache solo_cache(model.config, 128);
+        // Alone on a paged cache of its own: the same attention path as the
+        // batch, whose bits do not depend on what shares a step, on chunking
+        // or on the block size. So any difference is the batching's.
         const GenerationResult solo =
-            generate(runner, model.config, model.tokenizer, prompt, params, {}, &solo_cache);
+            generate_on_runner(runner, model, prompt, params, RunnerLayout::kContiguous, 16);
         const int32_t priority =
             policy == SchedulingPolicy::kPriority ? int32_t(random.integer(0, 3)) : 0;
         auto request = std::make_unique<Request>(id, prompt, params, priority, block_size);
