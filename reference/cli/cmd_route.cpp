@@ -3,10 +3,10 @@
 //
 // Checks the backend URLs, probes each backend's /health once, then serves
 // (reference/router/router_server.h) while a background thread keeps
-// probing. Binds 127.0.0.1:8080 by default. SIGTERM or SIGINT (Ctrl-C)
-// shuts down gracefully: new requests get 503, the forwards in flight end
-// (cut after --drain-timeout), then the process exits 0. A second signal
-// exits at once.
+// probing. Binds 127.0.0.1:8080 by default. SIGTERM, SIGINT (Ctrl-C) or
+// SIGHUP (the terminal closed) shuts down gracefully: new requests get 503,
+// the forwards in flight end (cut after --drain-timeout), then the process
+// exits 0. A second signal exits at once.
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
@@ -20,6 +20,7 @@
 
 #include "reference/cli/commands.h"
 #include "reference/common/error.h"
+#include "reference/common/memory_release.h"
 #include "reference/router/backend_pool.h"
 #include "reference/router/router_server.h"
 #include "reference/router/routing_policy.h"
@@ -37,6 +38,10 @@ struct RouteOptions {
     double connect_timeout_s = 2;
     double request_timeout_s = 600;
     double drain_timeout_s = 30;
+    double header_timeout_s = 5;
+    double body_timeout_s = 30;
+    double first_byte_timeout_s = 300;
+    double idle_timeout_s = 30;
 };
 
 std::chrono::milliseconds ms(double seconds) {
@@ -44,12 +49,14 @@ std::chrono::milliseconds ms(double seconds) {
 }
 
 void route(const RouteOptions& opts) {
+    limit_retained_memory();  // before any thread starts: memory_release.h
     // Signals go to a waiting thread, not to whichever thread they hit, so
     // the shutdown runs as ordinary code (blocked here, before any thread).
     sigset_t signals;
     sigemptyset(&signals);
     sigaddset(&signals, SIGTERM);
     sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGHUP);  // a closed terminal: drain too, never die mid-stream
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
     std::vector<BackendUrl> backends;
@@ -69,6 +76,10 @@ void route(const RouteOptions& opts) {
     router_options.upstream = {.connect = ms(opts.connect_timeout_s),
                                .read = ms(opts.request_timeout_s)};
     router_options.drain_timeout = ms(opts.drain_timeout_s);
+    router_options.header_timeout = ms(opts.header_timeout_s);
+    router_options.body_timeout = ms(opts.body_timeout_s);
+    router_options.first_byte_timeout = ms(opts.first_byte_timeout_s);
+    router_options.idle_timeout = ms(opts.idle_timeout_s);
     RouterServer router(pool, router_options);
     const int port = router.bind();
 
@@ -176,6 +187,20 @@ void add_route_command(CLI::App& app) {
                     "seconds a replica may stay silent during a request before it fails")
         ->check(CLI::Range(0.1, 86400.0))
         ->capture_default_str();
+    cmd->add_option("--first-byte-timeout", opts->first_byte_timeout_s,
+                    "seconds a replica may take to begin its answer before the request is "
+                    "retried on another (a whole answer begins when its last token is done)")
+        ->check(CLI::Range(0.1, 86400.0))
+        ->capture_default_str();
+    cmd->add_option("--idle-timeout", opts->idle_timeout_s,
+                    "seconds a started answer may stay silent before it is cut (a stream "
+                    "ends with an error event)")
+        ->check(CLI::Range(0.1, 86400.0))
+        ->capture_default_str();
+    cmd->add_option("--max-response-bytes", opts->router.max_response_bytes,
+                    "largest whole (non-stream) answer the router holds; larger: 502")
+        ->check(CLI::Range(int64_t(1024), int64_t(1) << 32))
+        ->capture_default_str();
     cmd->add_option("--max-body-bytes", opts->router.max_body_bytes,
                     "largest request body (larger: 413)")
         ->check(CLI::Range(int64_t(1024), int64_t(1) << 30))
@@ -184,8 +209,17 @@ void add_route_command(CLI::App& app) {
                     "client connections served at once (streams included)")
         ->check(CLI::Range(1, 768))
         ->capture_default_str();
+    cmd->add_option("--header-timeout", opts->header_timeout_s,
+                    "seconds a connection has to send its whole request head (else 408)")
+        ->check(CLI::Range(0.1, 600.0))
+        ->capture_default_str();
+    cmd->add_option("--body-timeout", opts->body_timeout_s,
+                    "seconds a request has to send its whole body (else 400)")
+        ->check(CLI::Range(0.1, 3600.0))
+        ->capture_default_str();
     cmd->add_option("--drain-timeout", opts->drain_timeout_s,
-                    "on SIGTERM, seconds the forwards in flight may run before they are cut")
+                    "on SIGTERM or SIGHUP, seconds the forwards in flight may run before they "
+                    "are cut")
         ->check(CLI::Range(0.0, 86400.0))
         ->capture_default_str();
     cmd->callback([opts] { route(*opts); });

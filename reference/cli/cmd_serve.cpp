@@ -7,15 +7,18 @@
 // http_listener.h) and runs the continuous-batching engine loops
 // (reference/server/engine_loop.h) on the main thread, the one that already
 // ran the models' OpenMP work (engine_loop.h says why that matters), one
-// step of each model with work in turn. Binds 127.0.0.1:8000 by default. SIGTERM or SIGINT (Ctrl-C)
-// shuts down gracefully: new requests get 503, admitted ones finish and are
-// answered, and whatever still runs after --drain-timeout is cancelled and
-// answered; then the process exits 0. A second signal exits at once.
+// step of each model with work in turn. Binds 127.0.0.1:8000 by default.
+// SIGTERM, SIGINT (Ctrl-C) or SIGHUP (the terminal closed) shuts down
+// gracefully: new requests get 503, admitted ones finish and are answered,
+// and whatever still runs after --drain-timeout is cancelled and answered;
+// then the process exits 0. A second signal exits at once.
 #include <fmt/format.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -25,6 +28,7 @@
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
 #include "reference/common/error.h"
+#include "reference/common/memory_release.h"
 #include "reference/engine/engine.h"
 #include "reference/kv/kv_block_manager.h"
 #include "reference/kv/kv_budget.h"
@@ -101,8 +105,10 @@ std::vector<int64_t> split_kv_budget(const ServeOptions& opts, int64_t budget_by
                 ? double(PagedKvCache::block_bytes(served[i]->model.config, opts.cache.block_size))
                 : opts.kv_shares[i]);
     }
+    // Relative to the largest, so that the sum cannot overflow (1e308 twice).
+    const double largest = *std::max_element(weights.begin(), weights.end());
     double total_weight = 0;
-    for (const double w : weights) total_weight += w;
+    for (double& w : weights) total_weight += (w /= largest);
     std::vector<int64_t> budgets;
     for (const double w : weights)
         budgets.push_back(int64_t(double(budget_bytes) * w / total_weight));
@@ -128,7 +134,10 @@ void check_model_options(const ServeOptions& opts) {
         }
     }
     for (const double share : opts.kv_shares) {
-        if (!(share > 0)) throw Error("serve: every --kv-share weight must be above 0");
+        if (!std::isfinite(share) || !(share > 0)) {
+            throw Error(
+                fmt::format("serve: --kv-share weight {} is not a finite number above 0", share));
+        }
     }
     if (opts.model_paths.size() > 1 && opts.speculation.enabled() &&
         opts.speculation.drafter == "draft-model") {
@@ -208,12 +217,14 @@ std::vector<std::unique_ptr<ServedEngine>> build_engines(const ServeOptions& opt
 }
 
 void serve(const ServeOptions& opts) {
+    limit_retained_memory();  // before any thread starts: memory_release.h
     // Signals go to a waiting thread, not to whichever thread they hit, so
     // the shutdown runs as ordinary code (blocked here, before any thread).
     sigset_t signals;
     sigemptyset(&signals);
     sigaddset(&signals, SIGTERM);
     sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGHUP);  // a closed terminal: drain too, never die mid-stream
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
     const std::vector<std::unique_ptr<ServedEngine>> served = build_engines(opts);
@@ -334,9 +345,10 @@ void add_serve_command(CLI::App& app) {
                     "seconds a request has to send its whole body")
         ->check(CLI::Range(0.1, 3600.0))
         ->capture_default_str();
-    cmd->add_option("--drain-timeout", opts->drain_timeout_s,
-                    "on SIGTERM, seconds admitted requests may run before they are cancelled "
-                    "and answered")
+    cmd->add_option(
+           "--drain-timeout", opts->drain_timeout_s,
+           "on SIGTERM or SIGHUP, seconds admitted requests may run before they are cancelled "
+           "and answered")
         ->check(CLI::Range(0.0, 86400.0))
         ->capture_default_str();
     cmd->add_option("--special-tokens-in-messages", opts->special_tokens,

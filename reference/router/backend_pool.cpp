@@ -140,6 +140,11 @@ void BackendPool::mark_down(int backend, const std::string& why) {
     set_health(backend, false, why);
 }
 
+bool BackendPool::is_healthy(int backend) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return healthy_[size_t(backend)];
+}
+
 std::vector<int> BackendPool::healthy_backends() const {
     std::lock_guard<std::mutex> lock(mutex_);
     std::vector<int> healthy;

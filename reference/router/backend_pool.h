@@ -71,6 +71,7 @@ class BackendPool {
     int size() const { return int(backends_.size()); }
     const BackendUrl& url(int backend) const { return backends_[size_t(backend)]; }
     std::vector<int> healthy_backends() const;
+    bool is_healthy(int backend) const;
     std::vector<BackendStats> stats() const;
     int64_t total_outstanding() const;
     const RoutingPolicy& policy() const { return policy_; }  // its options; not its table

@@ -45,6 +45,8 @@ std::string routing_text(const nlohmann::json& body, bool chat) {
     if (!chat) {
         const auto prompt = body.find("prompt");
         if (prompt == body.end()) return "";
+        // dump() recurses once per level: safe only because the body's
+        // nesting was bounded before it was parsed (request_json.h).
         return prompt->is_string() ? prompt->get<std::string>() : prompt->dump();
     }
     const auto messages = body.find("messages");

@@ -13,7 +13,11 @@
 
 #include "reference/common/error.h"
 #include "reference/router/prompt_key.h"
+#include "reference/router/sse_event_buffer.h"
+#include "reference/server/http_listener.h"
 #include "reference/server/openai_protocol.h"
+#include "reference/server/request_body.h"
+#include "reference/server/request_json.h"
 #include "reference/server/server_metrics.h"
 
 namespace servelab {
@@ -57,13 +61,30 @@ std::string read_to_end(UpstreamCall& call, const std::atomic<bool>& cut_forward
     }
 }
 
+// The error event that ends a stream the router cannot finish.
+std::string stream_error_event(const std::string& message) {
+    return "data: " + error_body({502, "server_error", message, "", "backend_failed"}).dump() +
+           "\n\n";
+}
+
 }  // namespace
 
 RouterServer::RouterServer(BackendPool& pool, RouterOptions options)
-    : pool_(pool), options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
-    // One thread per client connection; each forward adds its own (upstream_call.h).
-    const size_t threads = size_t(options_.max_connections);
-    http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    : pool_(pool), options_(std::move(options)) {
+    ListenerLimits listener;
+    listener.max_connections = options_.max_connections;
+    listener.header_timeout = options_.header_timeout;
+    listener.body_timeout = options_.body_timeout;
+    http_ = std::make_unique<HttpListener>(
+        listener,
+        [](int status, const std::string& message) {
+            return error_body({status, status >= 500 ? "server_error" : "invalid_request_error",
+                               message, "", status == 503 ? "overloaded" : ""})
+                .dump();
+        },
+        [](const Refusal&) {});
+    // Bodies are read by the handlers (request_body.h); this bounds what the
+    // library itself would read for a route without a content reader.
     http_->set_payload_max_length(size_t(options_.max_body_bytes));
     // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, with which
     // a second router on a taken port would start and split its traffic.
@@ -90,11 +111,12 @@ int RouterServer::bind() {
 }
 
 void RouterServer::run() {
-    http_->listen_after_bind();
+    http_->serve();
 }
 
 void RouterServer::stop() {
     draining_ = true;
+    http_->begin_drain();
     const auto deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
     while (pool_.total_outstanding() > 0 && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -103,12 +125,19 @@ void RouterServer::stop() {
     http_->stop();
 }
 
+void RouterServer::close_after(const HttpRequest& request, HttpResponse& response) {
+    http_->close_after_response(request);
+    response.set_header("Connection", "close");
+}
+
 void RouterServer::add_routes() {
+    // Both refusals come before the body is read: the connection closes after them.
     http_->set_pre_routing_handler([this](const HttpRequest& request, HttpResponse& response) {
         const bool api = request.path.rfind("/v1/", 0) == 0;
         if (api && draining_) {
             send_error(response,
                        {503, "server_error", "the router is shutting down", "", "shutting_down"});
+            close_after(request, response);
             return httplib::Server::HandlerResponse::Handled;
         }
         if (api && !options_.api_key.empty() &&
@@ -116,6 +145,7 @@ void RouterServer::add_routes() {
             send_error(response, {401, "invalid_request_error",
                                   "missing or wrong API key (Authorization: Bearer <key>)", "",
                                   "invalid_api_key"});
+            close_after(request, response);
             return httplib::Server::HandlerResponse::Handled;
         }
         return httplib::Server::HandlerResponse::Unhandled;
@@ -136,12 +166,29 @@ void RouterServer::add_routes() {
                                   message, "", ""});
             return httplib::Server::HandlerResponse::Handled;
         }));
-    http_->Post("/v1/completions", [this](const HttpRequest& request, HttpResponse& response) {
-        handle_generation(request, response, false);
-    });
-    http_->Post("/v1/chat/completions", [this](const HttpRequest& request, HttpResponse& response) {
-        handle_generation(request, response, true);
-    });
+    using WithReader = httplib::Server::HandlerWithContentReader;
+    http_->Post("/v1/completions",
+                WithReader([this](const HttpRequest& request, HttpResponse& response,
+                                  const httplib::ContentReader& reader) {
+                    handle_generation(request, response, reader, false);
+                }));
+    http_->Post("/v1/chat/completions",
+                WithReader([this](const HttpRequest& request, HttpResponse& response,
+                                  const httplib::ContentReader& reader) {
+                    handle_generation(request, response, reader, true);
+                }));
+    // Every other route that may carry a body is answered without reading
+    // it: left to the library, a chunked body would be read whole first.
+    const WithReader no_such_route = [this](const HttpRequest& request, HttpResponse& response,
+                                            const httplib::ContentReader&) {
+        send_error(response, {404, "invalid_request_error",
+                              fmt::format("no route {} {}", request.method, request.path), "", ""});
+        close_after(request, response);
+    };
+    http_->Post(".*", no_such_route);
+    http_->Put(".*", no_such_route);
+    http_->Patch(".*", no_such_route);
+    http_->Delete(".*", no_such_route);
     http_->Get("/v1/models", [this](const HttpRequest& request, HttpResponse& response) {
         handle_models(request, response);
     });
@@ -161,9 +208,23 @@ void RouterServer::add_routes() {
 }
 
 void RouterServer::handle_generation(const HttpRequest& request, HttpResponse& response,
-                                     bool chat) {
-    const nlohmann::json body = nlohmann::json::parse(request.body, nullptr, false);
-    if (body.is_discarded() || !body.is_object()) {
+                                     const httplib::ContentReader& content_reader, bool chat) {
+    std::string text;
+    if (const std::optional<ApiError> refusal =
+            read_request_body(request, content_reader, options_.max_body_bytes,
+                              options_.body_timeout.count() / 1000.0, text)) {
+        send_error(response, *refusal);
+        close_after(request, response);
+        return;
+    }
+    nlohmann::json body;
+    try {
+        body = parse_request_json(text);
+    } catch (const ApiException& e) {
+        send_error(response, e.error());
+        return;
+    }
+    if (!body.is_object()) {
         send_error(response, {400, "invalid_request_error",
                               "the request body must be a JSON object", "", ""});
         return;
@@ -181,13 +242,14 @@ void RouterServer::handle_generation(const HttpRequest& request, HttpResponse& r
         if (decision.reason == RouteReason::kAffinityHit) ++affinity_hits_total_;
         if (decision.reason == RouteReason::kLoadOverride) ++load_overrides_total_;
         if (decision.reason == RouteReason::kNoMatch) ++no_match_total_;
-        auto call = std::make_shared<UpstreamCall>(pool_.url(backend), request.path, request.body,
+        auto call = std::make_shared<UpstreamCall>(pool_.url(backend), request.path, text,
                                                    forwarded_headers(request), options_.upstream,
                                                    [this, backend] { pool_.release(backend); });
-        call->wait_for_start();
-        if (call->failed()) {
-            pool_.mark_down(backend,
-                            "a forward failed before its answer (" + call->failure() + ")");
+        std::string why;
+        const Relayed started = await_start(request, *call, backend, why);
+        if (started == Relayed::kClientLeft) return;
+        if (started == Relayed::kFailedBeforeAnswer) {
+            pool_.mark_down(backend, "a forward failed before its answer (" + why + ")");
             continue;
         }
         if (call->status() == 503) {  // draining or full: someone else may have room
@@ -196,7 +258,8 @@ void RouterServer::handle_generation(const HttpRequest& request, HttpResponse& r
                           pool_.url(backend).text());
             continue;
         }
-        if (relay(call, response, backend)) return;
+        const Relayed relayed = relay(request, call, response, backend);
+        if (relayed != Relayed::kFailedBeforeAnswer) return;
         pool_.mark_down(backend, "a forward failed before its end (" + call->failure() + ")");
     }
     if (!refusal.empty()) {
@@ -207,58 +270,140 @@ void RouterServer::handle_generation(const HttpRequest& request, HttpResponse& r
     send_error(response, no_backend_error());
 }
 
-bool RouterServer::relay(std::shared_ptr<UpstreamCall> call, HttpResponse& response, int backend) {
-    const int status = call->status();
-    const std::string content_type = call->content_type();
-    if (status == 200 && content_type.rfind("text/event-stream", 0) == 0) {
-        // Committed: from here on a failure is the client's. Events are
-        // passed on whole (up to the last "\n\n" received), so that an error
-        // event after a failure never lands inside a half-sent one.
-        auto pending = std::make_shared<std::string>();
-        response.status = 200;
-        response.set_header("Cache-Control", "no-cache");
-        response.set_chunked_content_provider(
-            "text/event-stream",
-            [this, call, pending, backend](size_t, httplib::DataSink& sink) {
-                if (cut_forwards_) call->cancel();
-                std::string chunk;
-                const UpstreamCall::Pop popped = call->pop(chunk, kStreamPoll);
-                if (popped == UpstreamCall::Pop::kNothingYet) return true;
-                if (popped == UpstreamCall::Pop::kChunk) {
-                    pending->append(chunk);
-                    const size_t end = pending->rfind("\n\n");
-                    if (end == std::string::npos) return true;
-                    const bool written = sink.write(pending->data(), end + 2);
-                    pending->erase(0, end + 2);
-                    return written;  // false: the client left; the releaser cancels
-                }
-                if (call->failed()) {
-                    ++stream_failures_total_;
-                    if (!cut_forwards_) {
-                        pool_.mark_down(backend, "a stream failed (" + call->failure() + ")");
-                    }
-                    const std::string event =
-                        "data: " +
-                        error_body({502, "server_error",
-                                    "the backend failed mid-stream (" + call->failure() + ")", "",
-                                    "backend_failed"})
-                            .dump() +
-                        "\n\n";
-                    sink.write(event.data(), event.size());
-                } else if (!pending->empty()) {
-                    sink.write(pending->data(), pending->size());
-                }
-                sink.done();
-                return true;
-            },
-            [call](bool) { call->cancel(); });
-        return true;
+RouterServer::Relayed RouterServer::await_start(const HttpRequest& request, UpstreamCall& call,
+                                                int backend, std::string& why) {
+    const auto deadline = std::chrono::steady_clock::now() + options_.first_byte_timeout;
+    while (!call.wait_for_start(kStreamPoll)) {
+        // A whole answer's first byte comes when its last token is done: a
+        // client that leaves before then must cancel it on the replica.
+        if (!http_->client_connected(request)) {
+            call.cancel();
+            ++client_cancels_total_;
+            return Relayed::kClientLeft;
+        }
+        // A replica the health checks took out (hung: SIGSTOP, a dead host)
+        // will not answer in time; nothing has reached the client, so the
+        // request goes elsewhere now rather than after the client gives up.
+        if (!pool_.is_healthy(backend)) {
+            why = "the replica failed its health check while the request waited";
+        } else if (std::chrono::steady_clock::now() > deadline) {
+            why = fmt::format("no answer in {} s (--first-byte-timeout)",
+                              options_.first_byte_timeout.count() / 1000.0);
+        } else if (cut_forwards_) {
+            why = "the drain ran out";
+        } else {
+            continue;
+        }
+        call.cancel();
+        return Relayed::kFailedBeforeAnswer;
     }
-    const std::string body = read_to_end(*call, cut_forwards_);
-    if (call->failed()) return false;
-    response.status = status;
+    if (call.failed()) {
+        why = call.failure();
+        return Relayed::kFailedBeforeAnswer;
+    }
+    return Relayed::kAnswered;
+}
+
+RouterServer::Relayed RouterServer::relay(const HttpRequest& request,
+                                          std::shared_ptr<UpstreamCall> call,
+                                          HttpResponse& response, int backend) {
+    if (call->status() == 200 && call->content_type().rfind("text/event-stream", 0) == 0) {
+        relay_stream(call, response, backend);
+        return Relayed::kAnswered;
+    }
+    return relay_whole(request, *call, response);
+}
+
+void RouterServer::relay_stream(std::shared_ptr<UpstreamCall> call, HttpResponse& response,
+                                int backend) {
+    // Committed: from here on a failure is the client's, told by an error
+    // event. Events go out whole (sse_event_buffer.h), so that the error
+    // event never lands inside a half-sent one.
+    struct StreamState {
+        explicit StreamState(size_t max_event_bytes) : events(max_event_bytes) {}
+        SseEventBuffer events;
+        std::chrono::steady_clock::time_point last_chunk = std::chrono::steady_clock::now();
+    };
+    auto state = std::make_shared<StreamState>(size_t(options_.max_event_bytes));
+    response.status = 200;
+    response.set_header("Cache-Control", "no-cache");
+    response.set_chunked_content_provider(
+        "text/event-stream",
+        [this, call, state, backend](size_t, httplib::DataSink& sink) {
+            if (cut_forwards_) call->cancel();
+            std::string chunk;
+            std::string failure;
+            const UpstreamCall::Pop popped = call->pop(chunk, kStreamPoll);
+            const auto now = std::chrono::steady_clock::now();
+            if (popped == UpstreamCall::Pop::kChunk) {
+                state->last_chunk = now;
+                std::string whole;
+                if (state->events.append(chunk, whole)) {
+                    return whole.empty() || sink.write(whole.data(), whole.size());
+                }
+                failure = fmt::format("an event over {} bytes", options_.max_event_bytes);
+            } else if (popped == UpstreamCall::Pop::kNothingYet) {
+                if (now - state->last_chunk < options_.idle_timeout) return true;
+                failure = fmt::format("no event for {} s", options_.idle_timeout.count() / 1000.0);
+            } else if (call->failed()) {
+                failure = "the backend failed mid-stream (" + call->failure() + ")";
+            } else if (state->events.partial_bytes() > 0 || !state->events.ended_with_done()) {
+                failure = "the backend's stream ended without [DONE]";
+            }
+            if (!failure.empty()) {
+                call->cancel();
+                ++stream_failures_total_;
+                if (!cut_forwards_) pool_.mark_down(backend, "a stream failed: " + failure);
+                const std::string event = stream_error_event(failure);
+                sink.write(event.data(), event.size());
+            }
+            sink.done();
+            return true;
+        },
+        [call](bool) { call->cancel(); });
+}
+
+RouterServer::Relayed RouterServer::relay_whole(const HttpRequest& request, UpstreamCall& call,
+                                                HttpResponse& response) {
+    std::string body;
+    auto last_chunk = std::chrono::steady_clock::now();
+    for (std::string chunk;;) {
+        if (cut_forwards_) call.cancel();
+        // Nobody writes to a client that waits for a whole answer, so look:
+        // one that left must cancel its request on the replica too.
+        if (!http_->client_connected(request)) {
+            call.cancel();
+            ++client_cancels_total_;
+            return Relayed::kClientLeft;
+        }
+        const UpstreamCall::Pop popped = call.pop(chunk, kStreamPoll);
+        if (popped == UpstreamCall::Pop::kEnd) break;
+        if (popped == UpstreamCall::Pop::kChunk) {
+            last_chunk = std::chrono::steady_clock::now();
+            body += chunk;
+        } else if (std::chrono::steady_clock::now() - last_chunk > options_.idle_timeout) {
+            call.cancel();
+        }
+        if (int64_t(body.size()) > options_.max_response_bytes) {
+            call.cancel();
+            send_error(response, {502, "server_error",
+                                  fmt::format("the backend's answer is over {} bytes",
+                                              options_.max_response_bytes),
+                                  "", "backend_failed"});
+            return Relayed::kAnswered;
+        }
+    }
+    if (call.failed()) return Relayed::kFailedBeforeAnswer;
+    const std::string content_type = call.content_type();
+    if (call.status() == 200 && !nlohmann::json::accept(body)) {
+        send_error(response,
+                   {502, "server_error", "the backend answered 200 with a body that is not JSON",
+                    "", "backend_failed"});
+        return Relayed::kAnswered;
+    }
+    response.status = call.status();
     response.set_content(body, content_type.empty() ? "application/json" : content_type);
-    return true;
+    return Relayed::kAnswered;
 }
 
 void RouterServer::handle_models(const HttpRequest& request, HttpResponse& response) {
@@ -329,6 +474,10 @@ std::string RouterServer::render_metrics() const {
     single("counter", "servelab_router_stream_failures_total",
            "streams ended by an error event (their backend failed after the first chunk)",
            stream_failures_total_);
+    single("counter", "servelab_router_client_cancels_total",
+           "whole answers whose client left while they were generated (cancelled on the "
+           "backend)",
+           client_cancels_total_);
     single("counter", "servelab_router_affinity_hits_total",
            "cache-aware: requests sent to the backend that last took their prefix",
            affinity_hits_total_);

@@ -20,9 +20,21 @@
 // until its last byte; a stream is committed at its first chunk, and a
 // failure after that ends it with an OpenAI-style error event. With no
 // replica left: 503 and an OpenAI-style error body.
+// A forward waiting for its first byte is given up (and retried) when its
+// replica fails a health probe or first_byte_timeout passes; a started
+// answer silent for idle_timeout is cut. A stream that ends without
+// "[DONE]", or mid-event, ends with the error event, not as a normal end;
+// a whole answer over max_response_bytes, or a 200 that is not JSON, is a
+// 502. A client that leaves cancels its forward, whole or streamed.
 // stop() is the graceful shutdown (SIGTERM): new requests get 503, the
 // forwards in flight run to their end (at most drain_timeout), then the
 // listener closes.
+// Clients are served through the server's own listener (http_listener.h):
+// a poll thread waits for request heads, so a slow client costs a poll
+// entry, not a thread, and meets the same deadlines (408), head limit
+// (431), capacity answer (503) and framing rules (400); bodies are read
+// within --max-body-bytes whatever their encoding (request_body.h) and
+// parsed within depth and size bounds (request_json.h).
 #pragma once
 
 #include <atomic>
@@ -35,22 +47,34 @@
 #include "reference/router/upstream_call.h"
 
 namespace httplib {
-class Server;
+class ContentReader;
 struct Request;
 struct Response;
 }  // namespace httplib
 
 namespace servelab {
 
+class HttpListener;
+
 struct RouterOptions {
     std::string host = "127.0.0.1";
     int port = 8080;      // 0: any free port (tests)
     std::string api_key;  // empty: no authentication at the router
     int64_t max_body_bytes = 1 << 20;
-    int max_connections = 256;        // client connections served at once
-    int64_t prefix_block_chars = 64;  // routing-text block (prompt_key.h)
+    int max_connections = 256;                       // client requests served at once
+    std::chrono::milliseconds header_timeout{5000};  // connect → whole request head
+    std::chrono::milliseconds body_timeout{30000};   // head → whole body
+    int64_t prefix_block_chars = 64;                 // routing-text block (prompt_key.h)
     UpstreamTimeouts upstream;
     std::chrono::milliseconds drain_timeout{30000};  // SIGTERM → forwards cut
+    // A replica that has not begun its answer this long is given up on and
+    // the request retried elsewhere (nothing has reached the client). Long:
+    // a whole (non-stream) answer begins only when its last token is done.
+    std::chrono::milliseconds first_byte_timeout{300000};
+    // A started answer silent this long is cut (a stream with an error event).
+    std::chrono::milliseconds idle_timeout{30000};
+    int64_t max_event_bytes = 16 << 20;     // one server-sent event, relayed
+    int64_t max_response_bytes = 64 << 20;  // a whole answer, held until complete
 };
 
 class RouterServer {
@@ -68,17 +92,32 @@ class RouterServer {
 
   private:
     void add_routes();
-    void handle_generation(const httplib::Request& request, httplib::Response& response, bool chat);
-    // Relays `call`, which has started and will be answered, to `response`:
-    // whole, or as a stream when the replica answers with server-sent events.
-    // False (nothing sent) when a whole answer failed before its end.
-    bool relay(std::shared_ptr<UpstreamCall> call, httplib::Response& response, int backend);
+    void handle_generation(const httplib::Request& request, httplib::Response& response,
+                           const httplib::ContentReader& content_reader, bool chat);
+    // For an answer sent before the body was read whole: the connection
+    // closes after it, since what follows in the stream is not a request.
+    void close_after(const httplib::Request& request, httplib::Response& response);
+    enum class Relayed { kAnswered, kFailedBeforeAnswer, kClientLeft };
+    // Waits for `call` to start: kAnswered once it has; kFailedBeforeAnswer
+    // (the call cancelled, `why` set) when its replica went out, stayed
+    // silent past first_byte_timeout, or the drain ran out, when nothing has
+    // reached the client yet; kClientLeft (the call cancelled) when the
+    // client is gone.
+    Relayed await_start(const httplib::Request& request, UpstreamCall& call, int backend,
+                        std::string& why);
+    // Relays `call`, which has started, to `response`: as a stream when the
+    // replica answers with server-sent events, else whole.
+    Relayed relay(const httplib::Request& request, std::shared_ptr<UpstreamCall> call,
+                  httplib::Response& response, int backend);
+    void relay_stream(std::shared_ptr<UpstreamCall> call, httplib::Response& response, int backend);
+    Relayed relay_whole(const httplib::Request& request, UpstreamCall& call,
+                        httplib::Response& response);
     void handle_models(const httplib::Request& request, httplib::Response& response);
     std::string render_metrics() const;
 
     BackendPool& pool_;
     RouterOptions options_;
-    std::unique_ptr<httplib::Server> http_;
+    std::unique_ptr<HttpListener> http_;
     std::atomic<bool> draining_{false};      // stop() called: new requests get 503
     std::atomic<bool> cut_forwards_{false};  // the drain timed out: forwards cancelled
     std::atomic<int64_t> retries_total_{0};
@@ -86,6 +125,7 @@ class RouterServer {
     std::atomic<int64_t> load_overrides_total_{0};
     std::atomic<int64_t> no_match_total_{0};
     std::atomic<int64_t> stream_failures_total_{0};  // streams ended by an error event
+    std::atomic<int64_t> client_cancels_total_{0};   // whole answers whose client left
 };
 
 }  // namespace servelab

@@ -51,9 +51,9 @@ void UpstreamCall::run() {
     changed_.notify_all();
 }
 
-void UpstreamCall::wait_for_start() {
+bool UpstreamCall::wait_for_start(std::chrono::milliseconds wait) {
     std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [this] { return body_started_ || ended_; });
+    return changed_.wait_for(lock, wait, [this] { return body_started_ || ended_; });
 }
 
 UpstreamCall::Pop UpstreamCall::pop(std::string& chunk, std::chrono::milliseconds wait) {

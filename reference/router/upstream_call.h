@@ -47,8 +47,8 @@ class UpstreamCall {
     UpstreamCall(const UpstreamCall&) = delete;
     UpstreamCall& operator=(const UpstreamCall&) = delete;
 
-    // Blocks until the call has started (above).
-    void wait_for_start();
+    // Waits up to `wait` for the call to start (above); true once it has.
+    bool wait_for_start(std::chrono::milliseconds wait);
 
     enum class Pop { kChunk, kNothingYet, kEnd };
     // The next piece of the body: kChunk (in `chunk`), kNothingYet after

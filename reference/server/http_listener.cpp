@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <string_view>
 
@@ -28,6 +29,8 @@ class RunAtOnce : public httplib::TaskQueue {
 
 const char* reason_phrase(int status) {
     switch (status) {
+        case 400:
+            return "Bad Request";
         case 408:
             return "Request Timeout";
         case 431:
@@ -53,6 +56,48 @@ std::pair<std::string, std::string> request_line(const std::string& head) {
     std::string_view target = line.substr(method_end + 1);
     target = target.substr(0, std::min(target.find(' '), target.find('?')));
     return {std::string(line.substr(0, method_end)), std::string(target)};
+}
+
+std::string lowercase(std::string_view text) {
+    std::string lower(text);
+    for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return lower;
+}
+
+std::string_view trimmed(std::string_view text) {
+    while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+    while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+    return text;
+}
+
+// Why the head's framing headers contradict each other, or "" when they do
+// not. Where the body ends must have one answer: two different
+// Content-Lengths, or a Content-Length beside a Transfer-Encoding, are how
+// a request is smuggled past one reader and seen differently by the next
+// (RFC 9112, section 6.3), so they are refused, not resolved.
+std::string framing_problem(const std::string& bytes) {
+    const std::string_view head = std::string_view(bytes).substr(0, bytes.find("\r\n\r\n"));
+    std::string content_length;
+    bool transfer_encoding = false;
+    for (size_t start = head.find("\r\n"); start != std::string_view::npos;) {
+        const size_t end = head.find("\r\n", start + 2);
+        const std::string_view line = head.substr(start + 2, end - (start + 2));
+        start = end;
+        const size_t colon = line.find(':');
+        if (colon == std::string_view::npos) continue;
+        const std::string name = lowercase(trimmed(line.substr(0, colon)));
+        const std::string_view value = trimmed(line.substr(colon + 1));
+        if (name == "transfer-encoding") transfer_encoding = true;
+        if (name != "content-length") continue;
+        if (!content_length.empty() && content_length != value) {
+            return "two different Content-Length headers";
+        }
+        content_length = value;
+    }
+    if (transfer_encoding && !content_length.empty()) {
+        return "both Content-Length and Transfer-Encoding";
+    }
+    return "";
 }
 
 // The methods the library knows how to frame. Any other (PRI, or a typo)
@@ -269,6 +314,10 @@ void HttpListener::dispatch(Held& held) {
     const auto [method, path] = request_line(held.connection->pending);
     if (!is_known_method(method)) {
         refuse(held, 501, fmt::format("the method '{}' is not served here", method.substr(0, 32)));
+        return;
+    }
+    if (const std::string problem = framing_problem(held.connection->pending); !problem.empty()) {
+        refuse(held, 400, "the request's framing is ambiguous: " + problem);
         return;
     }
     Job job;

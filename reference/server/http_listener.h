@@ -10,6 +10,8 @@
 //   accept ──▶ head reader (one thread, poll over every connection)
 //                │  head complete ──▶ a worker thread: parse, route, respond
 //                │  head too slow ──▶ 408;  too large ──▶ 431;  unknown method ──▶ 501
+//                │  ambiguous framing (two Content-Lengths, or one with a
+//                │  Transfer-Encoding) ──▶ 400
 //                │  every worker busy ──▶ 503 at once (never a silent queue)
 //   worker ── response written ──▶ back to the head reader (keep-alive, or
 //                                  the next pipelined request, in order)
@@ -61,7 +63,7 @@ struct ListenerLimits {
 
 // What the listener refused on its own, before any handler: for metrics.
 struct Refusal {
-    int status = 0;  // 408, 431, 501 or 503
+    int status = 0;  // 400, 408, 431, 501 or 503
     std::string method;
     std::string path;
 };

@@ -11,6 +11,8 @@
 
 #include "reference/server/http_listener.h"
 #include "reference/server/openai_responses.h"
+#include "reference/server/request_body.h"
+#include "reference/server/request_json.h"
 
 namespace servelab {
 namespace {
@@ -268,44 +270,13 @@ void OpenAiServer::close_after(const httplib::Request& request, httplib::Respons
 
 bool OpenAiServer::read_body(const httplib::Request& request, httplib::Response& response,
                              const httplib::ContentReader& content_reader, std::string& body) {
-    const int64_t limit = options_.max_body_bytes;
-    const ApiError too_large{
-        413, "invalid_request_error",
-        fmt::format("the request body exceeds {} bytes (--max-body-bytes)", limit), "", ""};
-    // A declared length over the limit is refused before a byte is read.
-    if (request.has_header("Content-Length")) {
-        const std::string declared = request.get_header_value("Content-Length");
-        if (declared.size() > 18 || std::stoll("0" + declared) > limit) {
-            send_error(response, too_large);
-            close_after(request, response);
-            return false;
-        }
-    }
-    bool over_limit = false;
-    const bool complete = content_reader([&](const char* data, size_t length) {
-        if (int64_t(body.size() + length) > limit) {
-            over_limit = true;
-            return false;  // stop reading: memory stays bounded by the limit
-        }
-        body.append(data, length);
-        return true;
-    });
-    if (over_limit) {
-        send_error(response, too_large);
-        close_after(request, response);
-        return false;
-    }
-    if (!complete) {
-        send_error(response,
-                   {400, "invalid_request_error",
-                    fmt::format("the request body was malformed, cut short, or not received "
-                                "within {} s",
-                                options_.body_timeout.count() / 1000.0),
-                    "", ""});
-        close_after(request, response);
-        return false;
-    }
-    return true;
+    const std::optional<ApiError> refusal =
+        read_request_body(request, content_reader, options_.max_body_bytes,
+                          options_.body_timeout.count() / 1000.0, body);
+    if (!refusal) return true;
+    send_error(response, *refusal);
+    close_after(request, response);
+    return false;
 }
 
 bool OpenAiServer::wait_for_results(const httplib::Request& request,
@@ -347,9 +318,11 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
     }
     std::string text;
     if (!read_body(http_request, response, content_reader, text)) return;
-    const nlohmann::json body = nlohmann::json::parse(text, nullptr, false);
-    if (body.is_discarded()) {
-        send_error(response, {400, "invalid_request_error", "the body is not valid JSON", "", ""});
+    nlohmann::json body;
+    try {
+        body = parse_request_json(text);
+    } catch (const ApiException& e) {
+        send_error(response, e.error());
         return;
     }
     ModelRoute* route = nullptr;

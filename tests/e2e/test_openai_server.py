@@ -335,7 +335,10 @@ def check_fuzz(server, rounds=300):
     bodies = [b"", b"{", b"[]", b"null", b'{"model": 1}', b'{"model": "tiny", "prompt": {}}',
               b'{"model": "tiny", "prompt": "a", "max_tokens": -1}',
               b'{"model": "tiny", "messages": [{"role": "user", "content": 5}]}',
-              "\u00ff\u0000".encode(), b'{"model": "tiny", "prompt": "a", "n": 1e99}']
+              "\u00ff\u0000".encode(), b'{"model": "tiny", "prompt": "a", "n": 1e99}',
+              # Nested 200,000 deep: it once overflowed the router's stack.
+              b'{"model": "tiny", "prompt": ' + b"[" * 200000 + b"]" * 200000 + b"}",
+              b'{"model": "tiny", "prompt": ' + b"[" * 300000]
     for i in range(rounds):
         body = rng.choice(bodies)
         if rng.random() < 0.5:

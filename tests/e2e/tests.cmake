@@ -197,6 +197,15 @@ if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
             --servelab $<TARGET_FILE:servelab>)
   set_tests_properties(route_killed_backend route_cache_aware route_vs_nginx PROPERTIES
     LABELS "serve" TIMEOUT 300 SKIP_RETURN_CODE 77)
+  # The router and the server against hostile clients: a deeply nested body,
+  # 300 slow connections, chunked bodies over the limit, bodies that cost
+  # far more parsed than sent, ambiguous framing, SIGHUP, nonsense
+  # --kv-share weights (tests/e2e/test_hostile_clients.py says how each once
+  # broke the router).
+  add_test(NAME route_hostile_clients
+    COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_hostile_clients.py
+            --servelab $<TARGET_FILE:servelab>)
+  set_tests_properties(route_hostile_clients PROPERTIES LABELS "serve" TIMEOUT 600)
   add_test(NAME serve_soak
     COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_server_reliability.py
             --servelab $<TARGET_FILE:servelab> --only many_streams --soak-seconds 600)
