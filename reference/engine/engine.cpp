@@ -162,6 +162,7 @@ std::vector<int64_t> Engine::add_parallel_request(std::vector<TokenId> prompt,
 StepOutput Engine::step(const StepScheduledCallback& on_scheduled) {
     const auto step_start = Clock::now();
     StepOutput out;
+    out.started = step_start;
     out.finished = std::move(cancelled_);
     cancelled_.clear();
     // Speculation (Lab 6) drafts first: how many drafts each request has

@@ -93,6 +93,10 @@ struct StepScheduled {
 using StepScheduledCallback = std::function<void(const StepScheduled&)>;
 
 struct StepOutput {
+    // When the step began: the instant its newly scheduled requests' queue
+    // times end (GenerationTimings::queue_ms), so a step log and the
+    // requests' timings agree on which step was whose.
+    std::chrono::steady_clock::time_point started{};
     std::vector<TokenEvent> tokens;
     std::vector<FinishedRequest> finished;
     int64_t num_batched_tokens = 0;  // computed this step, all requests together

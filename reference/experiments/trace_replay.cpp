@@ -60,9 +60,13 @@ ReplayResult replay_trace(Engine& engine, const std::vector<TraceRequest>& trace
             continue;
         }
 
-        const Clock::time_point step_start = Clock::now();
         StepOutput out = engine.step();
         const Clock::time_point step_end = Clock::now();
+        // The engine's own start, not a clock read here just before the
+        // call: a request's start_s (its queue time's end) is the engine's,
+        // and a step logged a few microseconds earlier than it would seem to
+        // begin before the request it prefilled.
+        const Clock::time_point step_start = out.started;
         run.steps.push_back({seconds_between(start, step_start),
                              1000.0 * seconds_between(step_start, step_end), out.num_batched_tokens,
                              out.num_prefill_tokens, out.num_running, out.num_waiting,
