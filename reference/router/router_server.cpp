@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <httplib.h>
 #include <spdlog/spdlog.h>
-#include <sys/socket.h>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +13,7 @@
 #include "reference/common/error.h"
 #include "reference/router/prompt_key.h"
 #include "reference/router/sse_event_buffer.h"
+#include "reference/server/api_listener.h"
 #include "reference/server/http_listener.h"
 #include "reference/server/openai_protocol.h"
 #include "reference/server/request_body.h"
@@ -75,23 +75,7 @@ RouterServer::RouterServer(BackendPool& pool, RouterOptions options)
     listener.max_connections = options_.max_connections;
     listener.header_timeout = options_.header_timeout;
     listener.body_timeout = options_.body_timeout;
-    http_ = std::make_unique<HttpListener>(
-        listener,
-        [](int status, const std::string& message) {
-            return error_body({status, status >= 500 ? "server_error" : "invalid_request_error",
-                               message, "", status == 503 ? "overloaded" : ""})
-                .dump();
-        },
-        [](const Refusal&) {});
-    // Bodies are read by the handlers (request_body.h); this bounds what the
-    // library itself would read for a route without a content reader.
-    http_->set_payload_max_length(size_t(options_.max_body_bytes));
-    // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, with which
-    // a second router on a taken port would start and split its traffic.
-    http_->set_socket_options([](socket_t sock) {
-        const int yes = 1;
-        setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    });
+    http_ = make_api_listener(listener, options_.max_body_bytes, [](const Refusal&) {});
     add_routes();
 }
 

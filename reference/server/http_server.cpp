@@ -4,11 +4,10 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
-#include <sys/socket.h>
-
 #include <chrono>
 #include <thread>
 
+#include "reference/server/api_listener.h"
 #include "reference/server/http_listener.h"
 #include "reference/server/openai_responses.h"
 #include "reference/server/request_body.h"
@@ -107,33 +106,14 @@ OpenAiServer::OpenAiServer(const std::vector<ServedModel>& models, ServerOptions
     listener.max_connections = options_.max_connections;
     listener.header_timeout = options_.header_timeout;
     listener.body_timeout = options_.body_timeout;
-    http_ = std::make_unique<HttpListener>(
-        listener,
-        [](int status, const std::string& message) {
-            return to_text(
-                error_body({status, status >= 500 ? "server_error" : "invalid_request_error",
-                            message, "", status == 503 ? "overloaded" : ""}));
-        },
-        [this](const Refusal& refusal) {
-            http_metrics_.record_http_error(refusal.status);
-            // A generation request refused before it was read still counts
-            // among the requests sent: success + cancelled + rejected = sent.
-            if (refusal.status == 503 && refusal.method == "POST" &&
-                refusal.path.rfind("/v1/", 0) == 0) {
-                http_metrics_.record_request_rejected();
-            }
-        });
-    // Bodies are read by the handlers (read_body); this bounds what the
-    // library itself would read for a route without a content reader.
-    http_->set_payload_max_length(size_t(options_.max_body_bytes));
-    // Bind exclusively. httplib's default options add SO_REUSEPORT, which
-    // lets a second server bind the same port and the kernel split the
-    // connections between the two, silently. SO_REUSEADDR alone still lets a
-    // restarted server bind while the old one's connections sit in TIME_WAIT,
-    // but not while another socket listens there.
-    http_->set_socket_options([](socket_t sock) {
-        int yes = 1;
-        setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    http_ = make_api_listener(listener, options_.max_body_bytes, [this](const Refusal& refusal) {
+        http_metrics_.record_http_error(refusal.status);
+        // A generation request refused before it was read still counts
+        // among the requests sent: success + cancelled + rejected = sent.
+        if (refusal.status == 503 && refusal.method == "POST" &&
+            refusal.path.rfind("/v1/", 0) == 0) {
+            http_metrics_.record_request_rejected();
+        }
     });
     add_routes();
 }

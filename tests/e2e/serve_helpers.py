@@ -3,8 +3,10 @@
 Shared by test_openai_server.py (the API) and test_server_reliability.py
 (hostile and careless clients): a Server that waits for /health, reads
 /metrics, and stops with SIGTERM; raw-socket helpers for what the official
-client cannot send (slow headers, chunked bodies, pipelined requests).
+client cannot send (slow headers, chunked bodies, pipelined requests); and
+a process's memory from /proc. test_hostile_clients.py uses them too.
 """
+import json
 import os
 import re
 import signal
@@ -70,11 +72,7 @@ class Server:
         return self.metrics()[name]
 
     def peak_rss_bytes(self):
-        with open(f"/proc/{self.process.pid}/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-        raise KeyError("VmHWM")
+        return proc_status_bytes(self.process.pid, "VmHWM")
 
     def stop(self, timeout=60):
         self.process.send_signal(signal.SIGTERM)
@@ -123,3 +121,33 @@ def ttft_s(client, prompt, results, key):
         break
     for _ in stream:
         pass
+
+
+def send_chunked(port, body, chunk_bytes=65536, path="/v1/completions"):
+    """POSTs `body` with Transfer-Encoding: chunked; returns (status, response body)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+        try:
+            s.sendall(post_head(path, chunked=True))
+            for i in range(0, len(body), chunk_bytes):
+                piece = body[i:i + chunk_bytes]
+                s.sendall(b"%x\r\n" % len(piece) + piece + b"\r\n")
+            s.sendall(b"0\r\n\r\n")
+        except OSError:
+            pass  # answered 413 and closed: the answer is still there
+        status, _, answer, _ = read_http_response(s)
+        return status, answer
+
+
+def padded_body(size):
+    """A valid 1-token completion request of exactly `size` bytes (spaces pad it)."""
+    core = json.dumps({"model": "tiny", "prompt": "a", "max_tokens": 1})
+    return (core[:-1] + " " * (size - len(core)) + "}").encode()
+
+
+def proc_status_bytes(pid, field):
+    """A size field of /proc/PID/status ("VmRSS", "VmHWM"), in bytes."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(field)

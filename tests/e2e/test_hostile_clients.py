@@ -57,24 +57,17 @@ import threading
 import time
 import urllib.request
 
-from serve_helpers import Server, read_http_response
+from serve_helpers import (Server, padded_body, proc_status_bytes, read_http_response,
+                           send_chunked)
 from test_router import Router
 
 
 def rss_bytes(pid):
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise KeyError("VmRSS")
+    return proc_status_bytes(pid, "VmRSS")
 
 
 def peak_rss_bytes(pid):
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise KeyError("VmHWM")
+    return proc_status_bytes(pid, "VmHWM")
 
 
 def raw_post(port, head_lines, body, timeout=30):
@@ -217,27 +210,6 @@ def check_slow_clients(servelab, model, folder, num_slow=300, header_timeout_s=5
               f"408: ok")
     finally:
         pair.stop()
-
-
-def send_chunked(port, body, chunk_bytes=65536):
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
-        head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Transfer-Encoding: chunked\r\n\r\n")
-        try:
-            s.sendall(head)
-            for i in range(0, len(body), chunk_bytes):
-                piece = body[i:i + chunk_bytes]
-                s.sendall(b"%x\r\n" % len(piece) + piece + b"\r\n")
-            s.sendall(b"0\r\n\r\n")
-        except OSError:
-            pass  # answered 413 and closed: the answer is still there
-        status, _, answer, _ = read_http_response(s)
-        return status, answer
-
-
-def padded_body(size):
-    core = json.dumps({"model": "tiny", "prompt": "a", "max_tokens": 1})
-    return (core[:-1] + " " * (size - len(core)) + "}").encode()
 
 
 def check_chunked_limit(servelab, model, folder):

@@ -43,7 +43,8 @@ import urllib.request
 
 import openai
 
-from serve_helpers import Server, post_head, read_http_response, ttft_s
+from serve_helpers import (Server, padded_body, post_head, read_http_response, send_chunked,
+                           ttft_s)
 
 
 def timed_get(url, timeout):
@@ -131,26 +132,6 @@ def check_slow_headers(servelab, model, num_slow=200, header_timeout_s=2):
               f"closed by {max(closed_after.values()):.1f} s: ok")
     finally:
         server.stop()
-
-
-def send_chunked(port, body, chunk_bytes=65536):
-    """POSTs `body` with Transfer-Encoding: chunked; returns the response status."""
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-        try:
-            s.sendall(post_head("/v1/completions", chunked=True))
-            for i in range(0, len(body), chunk_bytes):
-                piece = body[i:i + chunk_bytes]
-                s.sendall(b"%x\r\n" % len(piece) + piece + b"\r\n")
-            s.sendall(b"0\r\n\r\n")
-        except OSError:
-            pass  # the server may answer 413 and stop reading: the answer is still there
-        status, _, body, _ = read_http_response(s)
-        return status, body
-
-
-def padded_body(size):
-    core = json.dumps({"model": "tiny", "prompt": "a", "max_tokens": 1})
-    return (core[:-1] + " " * (size - len(core)) + "}").encode()
 
 
 def check_chunked_body(servelab, model):
