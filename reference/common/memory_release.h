@@ -4,11 +4,12 @@
 // glibc's malloc gives each thread that allocates an arena of its own, up
 // to 8 per core, and keeps what is freed in an arena for that arena's next
 // allocations. A server whose workers once took 32 hostile 1 MiB bodies at
-// once then holds a few MiB in each of 14 arenas for good (measured on the
-// router: 204 → 236 MiB RSS after the burst, never returned). Two arenas
-// make the workers reuse each other's freed memory (204 → 211 MiB); the
-// workers parse requests, they do not compute, so sharing an arena's lock
-// costs nothing measurable. Blocks of 128 KiB or more (request bodies) are
+// once then held a few MiB in each of 14 arenas for good. With two arenas
+// the workers reuse each other's freed memory: the router's RSS is back
+// within 2 % of its baseline after that burst (`json_memory` in
+// tests/e2e/test_hostile_clients.py prints it). The workers parse
+// requests, they do not compute, so sharing an arena's lock costs nothing
+// measurable. Blocks of 128 KiB or more (request bodies) are
 // mapped on their own and unmapped when freed; the threshold is fixed,
 // since by default each such free raises it, up to 32 MiB, and bodies then
 // land in the arenas too.

@@ -456,7 +456,8 @@ std::string RouterServer::render_metrics() const {
            "answering)",
            retries_total_);
     single("counter", "servelab_router_stream_failures_total",
-           "streams ended by an error event (their backend failed after the first chunk)",
+           "streams ended by an error event (after the first chunk their backend failed, went "
+           "silent, sent an event over the cap, or ended without [DONE])",
            stream_failures_total_);
     single("counter", "servelab_router_client_cancels_total",
            "whole answers whose client left while they were generated (cancelled on the "
