@@ -43,6 +43,7 @@ struct ServeOptions {
     std::vector<std::string> model_paths{kDefaultModelPath};
     std::vector<std::string> served_model_names;
     std::vector<double> kv_shares;  // empty: the same number of tokens for each model
+    int64_t max_model_len = 0;      // the longest request; 0: each model's context
     CacheOptions cache;
     SpeculationOptions speculation;
     ServerOptions server;
@@ -69,6 +70,7 @@ struct ServeOptions {
                                                : SpecialTokensInMessages::kParse;
         resolved.requests.num_speculative_tokens = speculation.num_tokens;
         resolved.requests.drafter = speculation.drafter;
+        resolved.requests.max_model_len = max_model_len;
         return resolved;
     }
 };
@@ -147,6 +149,85 @@ void check_model_options(const ServeOptions& opts) {
     }
 }
 
+// --max-model-len caps each model's context; one above all of them would
+// cap nothing, and a flag that does nothing is an error, not a silence.
+void check_max_model_len(const ServeOptions& opts,
+                         const std::vector<std::unique_ptr<ServedEngine>>& served) {
+    int64_t longest_context = 0;
+    for (const auto& s : served)
+        longest_context = std::max(longest_context, s->model.config.context_length);
+    if (opts.max_model_len > longest_context) {
+        throw Error(fmt::format("serve: --max-model-len {}: more than the {} context of {} tokens",
+                                opts.max_model_len, served.size() > 1 ? "longest" : "model's",
+                                longest_context));
+    }
+}
+
+// A pool that cannot hold one request of the engine's longest length would
+// refuse such a request whenever it came: refuse to start instead, naming
+// the flags that fix it (vLLM checks its max_model_len the same way).
+void check_pool_holds_a_request(const ServedEngine& s, const ServeOptions& opts, int64_t num_blocks,
+                                bool several_models) {
+    const int64_t block_size = opts.cache.block_size;
+    const int64_t longest_tokens = capped_context_length(s.model.config, opts.max_model_len);
+    const int64_t needed_blocks = (longest_tokens + block_size - 1) / block_size;
+    if (num_blocks >= needed_blocks) return;
+    const int64_t needed_bytes =
+        needed_blocks * PagedKvCache::block_bytes(s.model.config, block_size);
+    const int64_t pool_tokens = num_blocks * block_size;
+    const std::string raise =
+        several_models ? std::string("raise --kv-memory or its --kv-share")
+                       : fmt::format("raise --kv-memory to {} or more", format_bytes(needed_bytes));
+    const std::string lower =
+        pool_tokens >= 2 ? fmt::format(", or lower --max-model-len to {} or less", pool_tokens)
+                         : "";
+    throw Error(fmt::format(
+        "serve: '{}' gets a KV pool of {} = {} blocks of {} tokens ({} tokens), less than one "
+        "request of {} tokens ({}; {} blocks, {}): {}{}",
+        s.name, format_bytes(s.kv_budget_bytes), num_blocks, block_size, pool_tokens,
+        longest_tokens,
+        longest_tokens < s.model.config.context_length ? "--max-model-len" : "the model's context",
+        needed_blocks, format_bytes(needed_bytes), raise, lower));
+}
+
+// Builds model `index`'s pool, engine, drafter and loop from its KV budget.
+void build_engine(ServedEngine& s, size_t index, size_t num_models, const ServeOptions& opts,
+                  const SchedulerConfig& scheduler, const std::shared_ptr<LoopSignal>& signal) {
+    const Model& model = s.model;
+    // Whole blocks only: a budget below one block buys none (the check
+    // below refuses it), not the one block blocks_for_budget rounds up to.
+    const int64_t num_blocks =
+        s.kv_budget_bytes / PagedKvCache::block_bytes(model.config, opts.cache.block_size);
+    if (num_models > 1) {
+        spdlog::info(
+            "  '{}': weights {}, KV {} = {} blocks of {} tokens ({} tokens), requests up to {} "
+            "tokens",
+            s.name, format_bytes(int64_t(model.file.file_size())), format_bytes(s.kv_budget_bytes),
+            num_blocks, opts.cache.block_size, num_blocks * opts.cache.block_size,
+            capped_context_length(model.config, opts.max_model_len));
+    }
+    check_pool_holds_a_request(s, opts, num_blocks, num_models > 1);
+    s.pool = std::make_unique<PagedKvCache>(model.config, num_blocks, opts.cache.block_size);
+    s.kv = std::make_unique<KvBlockManager>(*s.pool, opts.cache.prefix_cache_kind());
+    s.runner = std::make_unique<ModelRunner>(model.config, model.weights, opts.cache.mla_mode());
+    const int64_t longest_tokens = capped_context_length(model.config, opts.max_model_len);
+    if (!scheduler.chunked_prefill && scheduler.max_num_batched_tokens < longest_tokens) {
+        spdlog::warn(
+            "--no-chunked-prefill: a step holds a request's whole prompt (and, after a "
+            "preemption, its output so far), so requests to '{}' that could grow past "
+            "--max-num-batched-tokens {} tokens are refused with 400 (the longest is {})",
+            s.name, scheduler.max_num_batched_tokens, longest_tokens);
+    }
+    s.engine = std::make_unique<Engine>(model, *s.runner, *s.kv, scheduler);
+    if (opts.speculation.enabled()) {
+        s.drafter =
+            opts.speculation.load_drafter(model, num_blocks, opts.cache.block_size, index == 0);
+        if (s.drafter.drafter) s.engine->add_drafter(opts.speculation.drafter, *s.drafter.drafter);
+    }
+    s.loop = std::make_unique<EngineLoop>(
+        *s.engine, EngineLoopConfig{.max_waiting = opts.max_waiting}, signal);
+}
+
 // Loads every model and builds its pool, engine and loop; logs the split.
 std::vector<std::unique_ptr<ServedEngine>> build_engines(const ServeOptions& opts) {
     check_model_options(opts);
@@ -166,6 +247,7 @@ std::vector<std::unique_ptr<ServedEngine>> build_engines(const ServeOptions& opt
         }
         weights_bytes += int64_t(model.file.file_size());
     }
+    check_max_model_len(opts, served);
     // One budget for all, checked against all the weights, then split.
     const int64_t budget_bytes =
         opts.cache.checked_budget_bytes(physical_memory_bytes(), weights_bytes, "physical memory");
@@ -174,6 +256,7 @@ std::vector<std::unique_ptr<ServedEngine>> build_engines(const ServeOptions& opt
     SchedulerConfig scheduler = opts.scheduler;
     scheduler.chunked_prefill = !opts.no_chunked_prefill;
     scheduler.policy = parse_scheduling_policy(opts.policy);
+    scheduler.max_model_len = opts.max_model_len;
     if (served.size() > 1) {
         spdlog::info(
             "KV memory {} (--kv-memory {}), split {}:", format_bytes(budget_bytes),
@@ -181,37 +264,8 @@ std::vector<std::unique_ptr<ServedEngine>> build_engines(const ServeOptions& opt
             opts.kv_shares.empty() ? "for the same number of tokens per model" : "by --kv-share");
     }
     for (size_t i = 0; i < served.size(); ++i) {
-        ServedEngine& s = *served[i];
-        const Model& model = s.model;
-        s.kv_budget_bytes = budgets[i];
-        const int64_t num_blocks =
-            PagedKvCache::blocks_for_budget(model.config, opts.cache.block_size, budgets[i]);
-        if (served.size() > 1) {
-            spdlog::info("  '{}': weights {}, KV {} = {} blocks of {} tokens ({} tokens)", s.name,
-                         format_bytes(int64_t(model.file.file_size())), format_bytes(budgets[i]),
-                         num_blocks, opts.cache.block_size, num_blocks * opts.cache.block_size);
-        }
-        s.pool = std::make_unique<PagedKvCache>(model.config, num_blocks, opts.cache.block_size);
-        s.kv = std::make_unique<KvBlockManager>(*s.pool, opts.cache.prefix_cache_kind());
-        s.runner =
-            std::make_unique<ModelRunner>(model.config, model.weights, opts.cache.mla_mode());
-        if (!scheduler.chunked_prefill &&
-            scheduler.max_num_batched_tokens < model.config.context_length) {
-            spdlog::warn(
-                "--no-chunked-prefill: a step holds a request's whole prompt (and, after a "
-                "preemption, its output so far), so requests to '{}' that could grow past "
-                "--max-num-batched-tokens {} tokens are refused with 400 (the context is {})",
-                s.name, scheduler.max_num_batched_tokens, model.config.context_length);
-        }
-        s.engine = std::make_unique<Engine>(model, *s.runner, *s.kv, scheduler);
-        if (opts.speculation.enabled()) {
-            s.drafter =
-                opts.speculation.load_drafter(model, num_blocks, opts.cache.block_size, i == 0);
-            if (s.drafter.drafter)
-                s.engine->add_drafter(opts.speculation.drafter, *s.drafter.drafter);
-        }
-        s.loop = std::make_unique<EngineLoop>(
-            *s.engine, EngineLoopConfig{.max_waiting = opts.max_waiting}, signal);
+        served[i]->kv_budget_bytes = budgets[i];
+        build_engine(*served[i], i, served.size(), opts, scheduler, signal);
     }
     return served;
 }
@@ -244,9 +298,11 @@ void serve(const ServeOptions& opts) {
     const int port = server.bind();
     const ServedEngine& first = *served.front();
     spdlog::info("serving {} on http://{}:{} ({}; {} API key)", names, server_options.host, port,
-                 served.size() > 1 ? "KV pools above"
-                                   : fmt::format("{} KV blocks of {} tokens",
-                                                 first.pool->num_blocks(), opts.cache.block_size),
+                 served.size() > 1
+                     ? "KV pools above"
+                     : fmt::format("{} KV blocks of {} tokens, requests up to {} tokens",
+                                   first.pool->num_blocks(), opts.cache.block_size,
+                                   first.engine->context_length()),
                  server_options.api_key.empty() ? "no" : "with an");
     std::thread signal_waiter([&] {
         int signal = 0;
@@ -294,6 +350,11 @@ void add_serve_command(CLI::App& app) {
                     "with several models: weights splitting --kv-memory between them, one per "
                     "--model (default: the same number of tokens for each)")
         ->delimiter(',');
+    cmd->add_option("--max-model-len", opts->max_model_len,
+                    "the longest request, prompt and output together (default: the model's "
+                    "context); the KV pool must hold one such request, so a smaller pool needs "
+                    "a smaller length")
+        ->check(CLI::Range(int64_t(2), int64_t(1) << 24));
     opts->speculation.add_to(*cmd);
     cmd->add_option("--host", opts->server.host, "address to bind")->capture_default_str();
     cmd->add_option("--port", opts->server.port, "port (0: any free port)")

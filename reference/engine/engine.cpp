@@ -55,7 +55,8 @@ Engine::Engine(const Model& model, StepRunner& runner, const EngineConfig& confi
                                                config.block_size, runner.kv_storage())),
       own_kv_(std::make_unique<KvBlockManager>(*own_pool_, config.prefix_cache)),
       kv_(*own_kv_),
-      scheduler_(kv_, config.scheduler, model.config.context_length),
+      context_length_(capped_context_length(model.config, config.scheduler.max_model_len)),
+      scheduler_(kv_, config.scheduler, context_length_),
       static_batching_(config.scheduler.static_batching) {
     drafters_["ngram"] = &ngram_drafter_;
 }
@@ -65,7 +66,8 @@ Engine::Engine(const Model& model, StepRunner& runner, KvBlockManager& kv,
     : model_(model),
       runner_(runner),
       kv_(kv),
-      scheduler_(kv_, scheduler, model.config.context_length),
+      context_length_(capped_context_length(model.config, scheduler.max_model_len)),
+      scheduler_(kv_, scheduler, context_length_),
       static_batching_(scheduler.static_batching) {
     drafters_["ngram"] = &ngram_drafter_;
 }
@@ -287,7 +289,7 @@ int64_t Engine::draft_room(const Live& live) const {
     // A pass emits the accepted drafts plus one token of the target's own:
     // no draft is worth proposing past max_tokens or past the context.
     const int64_t useful = int64_t(r.params.max_tokens) - r.num_generated() - 1;
-    const int64_t room = model_.config.context_length - int64_t(r.tokens.size());
+    const int64_t room = context_length_ - int64_t(r.tokens.size());
     return std::min({int64_t(r.params.num_speculative_tokens), useful, room});
 }
 
@@ -421,7 +423,7 @@ bool Engine::accept_token(Live& live, TokenId token, const std::optional<Sampled
     std::string piece;
     std::optional<FinishReason> finished = live.stop.push(token, piece);
     // The sequence is full: no position is left for another token.
-    if (!finished && int64_t(r.tokens.size()) >= model_.config.context_length) {
+    if (!finished && int64_t(r.tokens.size()) >= context_length_) {
         piece += live.stop.finish();
         finished = FinishReason::kLength;
     }
@@ -465,7 +467,7 @@ void Engine::finish(Live& live, FinishReason reason, std::vector<FinishedRequest
 void Engine::compute_padding_row(Request& row) {
     // Any token will do (it is discarded); the last one again keeps the row
     // as costly as a real decode token at its position.
-    if (int64_t(row.tokens.size()) < model_.config.context_length) {
+    if (int64_t(row.tokens.size()) < context_length_) {
         row.tokens.push_back(row.tokens.back());
         return;
     }

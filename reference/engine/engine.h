@@ -126,6 +126,10 @@ class Engine {
            const SchedulerConfig& scheduler);
     ~Engine();  // defined where Live is complete
 
+    // The longest request it admits, prompt and output together: the
+    // model's context, or less with SchedulerConfig::max_model_len.
+    int64_t context_length() const { return context_length_; }
+
     // Queues a request; returns its id. `on_token` (optional) is called for
     // each of its tokens from within step(). `arrival` is when the request
     // arrived (its queue time and latencies count from there; default: now).
@@ -241,6 +245,9 @@ class Engine {
     std::unique_ptr<PagedKvCache> own_pool_;  // only when the engine owns its pool
     std::unique_ptr<KvBlockManager> own_kv_;
     KvBlockManager& kv_;
+    // The longest request it admits: the model's context, or less with
+    // SchedulerConfig::max_model_len. Set before the scheduler, which uses it.
+    int64_t context_length_;
     Scheduler scheduler_;
     int64_t next_id_ = 0;
     bool static_batching_;

@@ -9,7 +9,9 @@
 namespace servelab {
 
 RequestBuilder::RequestBuilder(const Model& model, RequestBuilderOptions options)
-    : model_(model), options_(options) {
+    : model_(model),
+      options_(options),
+      context_length_(capped_context_length(model.config, options.max_model_len)) {
     chat_template_ = load_chat_template(model.file, fallback_reason_);
 }
 
@@ -60,7 +62,7 @@ std::vector<TokenId> RequestBuilder::prompt_of(const RequestSpec& spec) const {
 EngineRequest RequestBuilder::build(const RequestSpec& spec) const {
     EngineRequest request;
     request.prompt = prompt_of(spec);
-    const int64_t context = model_.config.context_length;
+    const int64_t context = context_length_;
     const int64_t prompt_tokens = int64_t(request.prompt.size());
     const char* prompt_param = spec.kind == RequestSpec::PromptKind::kChat ? "messages" : "prompt";
     if (prompt_tokens == 0 || prompt_tokens >= context) {

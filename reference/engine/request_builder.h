@@ -13,8 +13,8 @@
 //     control-token text parsed or kept plain as the front end chose;
 //   - BOS comes first when the model asks for one (tokenizer.ggml.add_bos_token)
 //     and the prompt does not already start with it (a template may write it);
-//   - the prompt must leave room in the context; an unset max_tokens fills
-//     the room, a given one must fit;
+//   - the prompt must leave room in the context (the model's, or less with
+//     max_model_len); an unset max_tokens fills the room, a given one must fit;
 //   - n completions are one engine request with n choices, seeded
 //     seed + i (completion_params), the prompt computed once;
 //   - the front end's speculative decoding applies to every request that
@@ -76,6 +76,9 @@ struct RequestBuilderOptions {
     // sampled, only how many forward passes it takes.
     int32_t num_speculative_tokens = 0;
     std::string drafter;
+    // The longest request, prompt and output together (capped_context_length:
+    // 0 = the model's context). Give it the engine's SchedulerConfig value.
+    int64_t max_model_len = 0;
 };
 
 class RequestBuilder {
@@ -95,10 +98,13 @@ class RequestBuilder {
     std::string render_chat(std::span<const ChatMessage> messages) const;
     // Whether chat prompts use the model's own template (else ChatML).
     bool uses_model_template() const { return chat_template_.has_value(); }
+    // The longest request it builds, prompt and output together.
+    int64_t context_length() const { return context_length_; }
 
   private:
     const Model& model_;
     RequestBuilderOptions options_;
+    int64_t context_length_;
     std::optional<ChatTemplate> chat_template_;
     std::string fallback_reason_;  // why there is none (warned at the first chat)
     mutable std::once_flag fallback_warned_;

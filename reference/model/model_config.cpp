@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "reference/common/error.h"
 #include "reference/model/gguf_reader.h"
 
@@ -139,6 +141,18 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
     }
     config.tied_embeddings = file.find_tensor("output.weight") == nullptr;
     return config;
+}
+
+int64_t capped_context_length(const ModelConfig& config, int64_t max_model_len) {
+    // Two tokens at least: one of prompt, one generated.
+    if (max_model_len < 0 || max_model_len == 1) {
+        throw Error(
+            fmt::format("--max-model-len {}: a request needs at least 2 tokens (one of "
+                        "prompt, one generated)",
+                        max_model_len));
+    }
+    return max_model_len == 0 ? config.context_length
+                              : std::min(max_model_len, config.context_length);
 }
 
 }  // namespace servelab

@@ -56,4 +56,13 @@ struct ModelConfig {
     static ModelConfig from_gguf(const GgufFile& file);
 };
 
+// The longest request (prompt and output together) an engine admits: the
+// model's context, or less when `max_model_len` (vLLM's --max-model-len)
+// caps it, so that a KV pool smaller than one full context can still hold
+// every request it admits. 0 = no cap; a cap above the context leaves the
+// context (a server of several models caps each). Throws servelab::Error
+// naming --max-model-len when it is below 2 (one prompt token and one
+// generated).
+int64_t capped_context_length(const ModelConfig& config, int64_t max_model_len);
+
 }  // namespace servelab

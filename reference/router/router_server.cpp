@@ -49,16 +49,34 @@ httplib::Headers forwarded_headers(const HttpRequest& request) {
     return headers;
 }
 
-// The rest of an answer that is relayed whole (check call.failed() after);
-// cancels the call if the drain runs out meanwhile.
-std::string read_to_end(UpstreamCall& call, const std::atomic<bool>& cut_forwards) {
+// A replica's 503 body, relayed if no other replica takes the request. It
+// comes from our own replica, but a replica can hang or misbehave: the read
+// stops after `idle_timeout` of silence, past `max_bytes`, or when the drain
+// runs out (the call cancelled each time), and a body that did not arrive
+// whole as JSON gives way to the router's own 503 body.
+std::string read_refusal(UpstreamCall& call, const std::atomic<bool>& cut_forwards,
+                         int64_t max_bytes, std::chrono::milliseconds idle_timeout) {
     std::string body;
+    auto last_chunk = std::chrono::steady_clock::now();
     for (std::string chunk;;) {
-        if (cut_forwards) call.cancel();
+        if (cut_forwards || int64_t(body.size()) > max_bytes) call.cancel();
         const UpstreamCall::Pop popped = call.pop(chunk, kStreamPoll);
-        if (popped == UpstreamCall::Pop::kEnd) return body;
-        if (popped == UpstreamCall::Pop::kChunk) body += chunk;
+        if (popped == UpstreamCall::Pop::kEnd) break;
+        if (popped == UpstreamCall::Pop::kChunk) {
+            last_chunk = std::chrono::steady_clock::now();
+            body += chunk;
+        } else if (std::chrono::steady_clock::now() - last_chunk > idle_timeout) {
+            call.cancel();
+        }
     }
+    if (call.failed() || int64_t(body.size()) > max_bytes || !nlohmann::json::accept(body)) {
+        return error_body({503, "server_error",
+                           "every backend that was tried is full or shutting "
+                           "down",
+                           "", "overloaded"})
+            .dump();
+    }
+    return body;
 }
 
 // The error event that ends a stream the router cannot finish.
@@ -75,7 +93,15 @@ RouterServer::RouterServer(BackendPool& pool, RouterOptions options)
     listener.max_connections = options_.max_connections;
     listener.header_timeout = options_.header_timeout;
     listener.body_timeout = options_.body_timeout;
-    http_ = make_api_listener(listener, options_.max_body_bytes, [](const Refusal&) {});
+    http_ = make_api_listener(listener, options_.max_body_bytes, [this](const Refusal& refusal) {
+        http_metrics_.record_error_answer(refusal.status, refusal.method, refusal.path);
+    });
+    // Every answer that went through a handler, the router's own errors and
+    // the replicas' relayed ones alike, is counted as it is written; the
+    // listener's refusals above never reach a handler.
+    http_->set_logger([this](const HttpRequest& request, const HttpResponse& response) {
+        http_metrics_.record_error_answer(response.status, request.method, request.path);
+    });
     add_routes();
 }
 
@@ -237,7 +263,8 @@ void RouterServer::handle_generation(const HttpRequest& request, HttpResponse& r
             continue;
         }
         if (call->status() == 503) {  // draining or full: someone else may have room
-            refusal = read_to_end(*call, cut_forwards_);
+            refusal = read_refusal(*call, cut_forwards_, options_.max_response_bytes,
+                                   options_.idle_timeout);
             spdlog::debug("backend {} refused a request (503); trying another",
                           pool_.url(backend).text());
             continue;
@@ -472,6 +499,7 @@ std::string RouterServer::render_metrics() const {
     single("counter", "servelab_router_no_match_total",
            "cache-aware: requests with no known prefix block (sent to the least loaded)",
            no_match_total_);
+    http_metrics_.collect(families);
     return families.render();
 }
 

@@ -8,7 +8,9 @@
 //   GET  /v1/models   the union of the healthy replicas' models, by id
 //   GET  /health      200 while any replica is healthy, else 503
 //   GET  /metrics     Prometheus text: per-replica requests, outstanding and
-//                     health; retries; cache-aware decisions
+//                     health; retries; cache-aware decisions; the 4xx and 5xx
+//                     it answered, its listener's refusals included, as the
+//                     server counts them
 // The body is parsed only for its routing text; every other check is the
 // replica's, whose answer (a 400, a 404 for an unknown model) is relayed.
 //
@@ -45,6 +47,7 @@
 
 #include "reference/router/backend_pool.h"
 #include "reference/router/upstream_call.h"
+#include "reference/server/server_metrics.h"
 
 namespace httplib {
 class ContentReader;
@@ -126,6 +129,7 @@ class RouterServer {
     std::atomic<int64_t> no_match_total_{0};
     std::atomic<int64_t> stream_failures_total_{0};  // streams ended by an error event
     std::atomic<int64_t> client_cancels_total_{0};   // whole answers whose client left
+    HttpMetrics http_metrics_;  // 4xx and 5xx answered, 503s to generation requests
 };
 
 }  // namespace servelab

@@ -93,6 +93,11 @@ struct SchedulerConfig {
     // queue): each comparison walks one prompt through the cache.
     int64_t lpm_max_overtakes = 32;
     int64_t lpm_window = 128;
+    // The longest request, prompt and output together, the engine admits
+    // (capped_context_length: 0 = the model's context). `servelab serve
+    // --max-model-len` lowers it so that a pool below one full context
+    // still holds every request it admits.
+    int64_t max_model_len = 0;
 };
 
 // `request` computes tokens [kv.num_computed_tokens, + num_tokens) this step;

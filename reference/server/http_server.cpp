@@ -83,7 +83,7 @@ OpenAiServer::ModelRoute::ModelRoute(const ServedModel& served,
       tokenizer(served.model->tokenizer),
       builder(*served.model, requests) {
     limits.model_name = served.name;
-    limits.context_length = served.model->config.context_length;
+    limits.context_length = builder.context_length();
     limits.vocab_size = served.model->config.vocab_size;
 }
 
@@ -107,13 +107,7 @@ OpenAiServer::OpenAiServer(const std::vector<ServedModel>& models, ServerOptions
     listener.header_timeout = options_.header_timeout;
     listener.body_timeout = options_.body_timeout;
     http_ = make_api_listener(listener, options_.max_body_bytes, [this](const Refusal& refusal) {
-        http_metrics_.record_http_error(refusal.status);
-        // A generation request refused before it was read still counts
-        // among the requests sent: success + cancelled + rejected = sent.
-        if (refusal.status == 503 && refusal.method == "POST" &&
-            refusal.path.rfind("/v1/", 0) == 0) {
-            http_metrics_.record_request_rejected();
-        }
+        http_metrics_.record_error_answer(refusal.status, refusal.method, refusal.path);
     });
     add_routes();
 }

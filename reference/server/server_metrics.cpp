@@ -188,6 +188,12 @@ void HttpMetrics::record_request_rejected() {
     ++requests_rejected_;
 }
 
+void HttpMetrics::record_error_answer(int status, std::string_view method, std::string_view path) {
+    if (status < 400) return;
+    record_http_error(status);
+    if (status == 503 && method == "POST" && path.substr(0, 4) == "/v1/") record_request_rejected();
+}
+
 void HttpMetrics::collect(MetricFamilies& out) const {
     std::lock_guard lock(mutex_);
     // Unlabelled: refused before a body named a model. Summed with the

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "reference/engine/generator.h"
@@ -90,11 +91,17 @@ class ServerMetrics {
 };
 
 // The server's own figures, which belong to no model: HTTP errors, and
-// generation requests refused (503) before their body named a model.
+// generation requests refused (503) before their body named a model. The
+// router keeps the same figures for its own answers.
 class HttpMetrics {
   public:
     void record_http_error(int status);
     void record_request_rejected();
+    // An error answer to `method` `path`, sent before any body named a model
+    // (the listener's own refusals, the router's answers): an HTTP error,
+    // and a rejected request when it is a 503 to a generation request, so
+    // that success + cancelled + rejected still adds up to requests sent.
+    void record_error_answer(int status, std::string_view method, std::string_view path);
     void collect(MetricFamilies& out) const;
 
   private:

@@ -27,6 +27,10 @@ listener, so the two must answer alike):
                 the process exits 0
   kv_share      --kv-share inf,1 (once "KV -9223372036854775808 B") is refused
                 naming the flag; 1e308,1e308 splits the memory evenly
+  pool_size     a KV pool below one request of the longest length served
+                (--kv-memory 1 once gave one block of 16 tokens) is refused at
+                start naming --kv-memory and --max-model-len; with
+                --max-model-len the small pool serves requests up to it
   hung_backend  one of two replicas stopped with SIGSTOP: requests sent just
                 after are answered by the other within seconds (one once waited
                 20 s with no retry), and a stream in flight on the stopped one
@@ -35,7 +39,9 @@ listener, so the two must answer alike):
                 the replica (it once ran on and counted a success)
   garbage       a fake replica: a stream cut mid-event and one ending without
                 [DONE] reach the client as an error event (once a normal end);
-                a non-JSON 200 becomes a 502 (once relayed as it was)
+                a non-JSON 200 becomes a 502 (once relayed as it was); a 503
+                that stalls mid-body ends after --idle-timeout with the
+                router's own 503 (it once waited for the body for ever)
   big_answers   a fake replica: one 10 MiB event is relayed in well under a
                 second (once 7.7 s: the relay was quadratic); an event over the
                 cap is an error event; 16 whole 10 MB answers at once leave the
@@ -209,6 +215,10 @@ def check_slow_clients(servelab, model, folder, num_slow=300, header_timeout_s=5
         if got_408 < num_slow * 0.95:
             fail("slow_clients", f"only {got_408} of {num_slow} dripping connections got 408 "
                  f"(others: {sorted(set(statuses) - {408}, key=str)})")
+        counted = metric_total(router.url, "servelab_http_4xx_total")
+        if counted < got_408:
+            fail("slow_clients", f"{got_408} connections got 408; the router's /metrics "
+                 f"servelab_http_4xx_total says {counted}")
         print(f"  slow_clients: /health {statistics.median(latencies):.1f} ms median, "
               f"{slowest:.1f} ms max beside {num_slow} dripping connections; {got_408} got "
               f"408: ok")
@@ -323,8 +333,13 @@ def check_framing(servelab, model, folder):
                                         f"Content-Length: {len(good)}"], good)
             if status != 200:
                 fail("framing", f"the {who} refused two equal Content-Lengths ({status})")
+            # Two of the 400s are the listener's, before any handler: counted all the same.
+            counted = metric_total(f"http://127.0.0.1:{port}", "servelab_http_4xx_total")
+            if counted != len(cases):
+                fail("framing", f"the {who} answered {len(cases)} 400s; its /metrics "
+                     f"servelab_http_4xx_total says {counted}")
         print("  framing: conflicting lengths, a length with a transfer encoding, and a NUL "
-              "with junk get 400 from router and server: ok")
+              "with junk get 400 from router and server, each counted in /metrics: ok")
     finally:
         pair.stop()
 
@@ -380,20 +395,27 @@ def check_sighup(servelab, model, folder):
                     stopper()
 
 
+def refused_at_start(servelab, check, serve_args, must_name):
+    """`servelab serve *serve_args` must exit non-zero with one error line naming each of
+    `must_name`; returns that line."""
+    try:
+        done = subprocess.run([servelab, "serve", "--port", "0", *serve_args],
+                              capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired as expired:
+        fail(check, f"{' '.join(serve_args)} was accepted: the server started and served "
+             f"(its log: {str(expired.stderr or expired.stdout)[-300:]!r})")
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    if done.returncode == 0 or len(errors) != 1 or any(n not in errors[0] for n in must_name):
+        fail(check, f"{' '.join(serve_args)}: exit {done.returncode}, stderr "
+             f"{done.stderr[-400:]!r} (expected one error line naming {', '.join(must_name)})")
+    return errors[0]
+
+
 def check_kv_share(servelab, model, folder):
     for shares in ("inf,1", "nan,1", "1,-2"):
-        try:
-            done = subprocess.run([servelab, "serve", "--model", model, "--model", model,
-                                   "--served-model-name", "a", "--served-model-name", "b",
-                                   "--kv-share", shares, "--port", "0"],
-                                  capture_output=True, text=True, timeout=30)
-        except subprocess.TimeoutExpired as expired:
-            fail("kv_share", f"--kv-share {shares} was accepted: the server started and "
-                 f"served (its log: {str(expired.stderr or expired.stdout)[-300:]!r})")
-        errors = [line for line in done.stderr.splitlines() if "error" in line]
-        if done.returncode == 0 or len(errors) != 1 or "--kv-share" not in errors[0]:
-            fail("kv_share", f"--kv-share {shares}: exit {done.returncode}, stderr "
-                 f"{done.stderr[-400:]!r} (expected one error line naming --kv-share)")
+        refused_at_start(servelab, "kv_share",
+                         ["--model", model, "--model", model, "--served-model-name", "a",
+                          "--served-model-name", "b", "--kv-share", shares], ["--kv-share"])
     server = Server(servelab, extra=["--kv-share", "1e308,1e308"],
                     models=[(model, "a"), (model, "b")])
     try:
@@ -410,6 +432,34 @@ def check_kv_share(servelab, model, folder):
         if server.process.poll() is None:
             server.stop()
         raise
+
+
+def check_pool_size(servelab, model, folder):
+    """The tiny model's context is 4,096 tokens: 2 MiB of f32 KV."""
+    refused_at_start(servelab, "pool_size", ["--model", model, "--kv-memory", "1"],
+                     ["--kv-memory", "0 blocks"])
+    line = refused_at_start(servelab, "pool_size", ["--model", model, "--kv-memory", "256KiB"],
+                            ["--kv-memory", "--max-model-len", "4096 tokens"])
+    if "--max-model-len to 512 or less" not in line:
+        fail("pool_size", f"256 KiB holds 512 tokens, and the error should say so: {line!r}")
+    refused_at_start(servelab, "pool_size", ["--model", model, "--max-model-len", "5000"],
+                     ["--max-model-len", "4096"])
+    server = Server(servelab, model, ["--max-model-len", "512"], kv_memory="256KiB")
+    try:
+        status, answer = post_body(server.port, json.dumps(
+            {"model": "tiny", "prompt": [1, 2, 3], "max_tokens": 510}).encode())
+        if status != 400 or answer["error"]["param"] != "max_tokens":
+            fail("pool_size", f"3 prompt tokens + max_tokens 510 under --max-model-len 512 got "
+                 f"{status} {answer!r} (expected a 400 naming max_tokens)")
+        status, answer = post_body(server.port, json.dumps(
+            {"model": "tiny", "prompt": [1, 2, 3], "max_tokens": 509,
+             "ignore_eos": True}).encode())
+        if status != 200 or answer["usage"]["completion_tokens"] != 509:
+            fail("pool_size", f"a request of exactly 512 tokens got {status} {answer!r}")
+    finally:
+        server.stop()
+    print("  pool_size: pools below one request refused at start naming --kv-memory and "
+          "--max-model-len; with --max-model-len 512 a 256 KiB pool serves 512 tokens: ok")
 
 
 # ---- the router as a proxy ------------------------------------------------------------------
@@ -555,6 +605,15 @@ class FakeHandler(http.server.BaseHTTPRequestHandler):
         if kind == "whole":
             self.answer(200, args[1], args[0])
             return
+        if kind == "stalled 503":  # a head that promises a body, then silence
+            self.send_response(503)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            self.wfile.write(b'{"error":')
+            self.wfile.flush()
+            time.sleep(args[0])
+            return
         # A stream: the pieces, then the connection closes (no chunked framing:
         # HTTP/1.0-style, the end of the body is the end of the connection).
         self.send_response(200)
@@ -596,8 +655,21 @@ def check_garbage(servelab, model, folder):
     finally:
         router.stop()
         fake.shutdown()
+    fake, router = via_fake(servelab, folder, ("stalled 503", 20), ["--idle-timeout", "1"])
+    try:
+        started = time.monotonic()
+        status, answer = post_body(router.port, b'{"model":"tiny","prompt":"x"}', timeout=15)
+        waited = time.monotonic() - started
+        if status != 503 or "error" not in answer or waited > 10:
+            fail("garbage", f"a replica's 503 that stalled mid-body reached the client as "
+                 f"{status} {str(answer)[:100]} after {waited:.1f} s (expected the router's "
+                 f"own 503 after --idle-timeout 1 s)")
+    finally:
+        router.stop()
+        fake.shutdown()
     print("  garbage: a cut stream and one without [DONE] end with an error event; a "
-          "non-JSON 200 is a 502: ok")
+          "non-JSON 200 is a 502; a 503 that stalls mid-body gives the router's own 503 after "
+          f"--idle-timeout ({waited:.1f} s): ok")
 
 
 def check_big_answers(servelab, model, folder):
@@ -655,7 +727,7 @@ def check_big_answers(servelab, model, folder):
 
 
 CHECKS = ["deep_json", "framing", "chunked_limit", "json_memory", "slow_clients", "sighup",
-          "kv_share", "hung_backend", "client_left", "garbage", "big_answers"]
+          "kv_share", "pool_size", "hung_backend", "client_left", "garbage", "big_answers"]
 
 
 def main():

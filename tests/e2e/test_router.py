@@ -466,8 +466,10 @@ def print_table(rows, title):
 
 
 # Each replica's KV pool: 48 blocks of 16 tokens (SmolLM2's f32 KV is 45 KiB a token, so a
-# block is 720 KiB), room for about 2.5 of the trace's ~300-token system prompts.
+# block is 720 KiB), room for about 2.5 of the trace's ~300-token system prompts. A pool must
+# hold one request of the longest length a replica admits, so that length is capped too.
 SMOLLM2_KV_MEMORY = "34MiB"
+SMOLLM2_REPLICA_FLAGS = ["--max-model-len", "768"]
 
 
 def check_cache_aware(servelab, folder, policies, num_requests=18):
@@ -479,7 +481,8 @@ def check_cache_aware(servelab, folder, policies, num_requests=18):
     rows = []
     for policy in policies:
         # Fresh replicas for each policy: a cache warmed by the previous one would flatter it.
-        replicas = [Server(servelab, SMOLLM2, kv_memory=SMOLLM2_KV_MEMORY) for _ in range(3)]
+        replicas = [Server(servelab, SMOLLM2, SMOLLM2_REPLICA_FLAGS, kv_memory=SMOLLM2_KV_MEMORY)
+                    for _ in range(3)]
         try:
             router = Router(servelab, [r.url for r in replicas], policy, log_folder=folder)
             try:

@@ -30,8 +30,8 @@ import urllib.request
 import openai
 
 from serve_helpers import Server, free_port
-from test_router import (SMOLLM2, SMOLLM2_KV_MEMORY, Router, measure, print_table,
-                         shared_prompt_trace, system_prompts)
+from test_router import (SMOLLM2, SMOLLM2_KV_MEMORY, SMOLLM2_REPLICA_FLAGS, Router, measure,
+                         print_table, shared_prompt_trace, system_prompts)
 
 NGINX_CONF = """\
 {user}worker_processes 1;
@@ -129,7 +129,8 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for front in ("nginx round-robin", "servelab route cache-aware"):
-            replicas = [Server(args.servelab, SMOLLM2, kv_memory=SMOLLM2_KV_MEMORY)
+            replicas = [Server(args.servelab, SMOLLM2, SMOLLM2_REPLICA_FLAGS,
+                               kv_memory=SMOLLM2_KV_MEMORY)
                         for _ in range(2)]
             try:
                 backends = [r.url for r in replicas]
