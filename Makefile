@@ -7,6 +7,8 @@
 #                  fuzz run, every unit test and the server suites under
 #                  ThreadSanitizer, the grader's timed speed self-tests, the
 #                  GPU-check build): about an hour more
+#   make student-release OUT=dir   the course's student release, without solutions
+#                  (the instructor's tree only; docs/teaching.md)
 # Both are idempotent: re-running skips what is already installed or built.
 
 MAKEFLAGS += --no-print-directory
@@ -15,7 +17,7 @@ PYTHON := .venv/bin/python
 MODEL := data/models/SmolLM2-135M-Instruct.Q4_1.gguf
 QUESTION ?= What is the capital of France? Answer in one sentence.
 
-.PHONY: run test test-all setup build build-fuzz build-tsan model goldens grade skeletons bench serve-report cpu-report clean
+.PHONY: run test test-all setup build build-fuzz build-tsan model goldens grade skeletons student-release bench serve-report cpu-report clean
 
 # The presets build with Ninja (its dependency scanning is much cheaper than
 # make's on 2 cores); a tree configured by an older checkout with another
@@ -101,9 +103,19 @@ serve-report: build
 cpu-report: build
 	@$(PYTHON) tools/cpu_peer_report.py $(ARGS)
 
-# Regenerate labs/labNN_<name>/student/ from the reference's solution regions.
+# Regenerate labs/labNN_<name>/student/ from the reference's solution regions
+# (the instructor's tree only: a student release has no regions).
 skeletons:
+	@test -f tools/make_skeletons.py || { echo "skeletons: this is a student release; the skeletons come from the instructor's tree"; exit 2; }
 	@python3 tools/make_skeletons.py
+
+# The course's student release (docs/teaching.md): every solution region
+# replaced by its skeleton, the reference's exercise objects prebuilt, the
+# instructor's material left out, leak-checked. make student-release OUT=/tmp/course
+student-release: build
+	@test -f tools/student_release.py || { echo "student-release: this is a student release; cut releases from the instructor's tree"; exit 2; }
+	@test -n "$(OUT)" || { echo "student-release: give the folder to write, OUT=dir"; exit 2; }
+	@python3 tools/student_release.py --out $(OUT) --build-dir build/release
 
 clean:
 	rm -rf build

@@ -43,6 +43,11 @@
 # and the same grader self-tests, named grade_labNN_cuda_*, which report
 # SKIPPED (grade.py exits 77) on a machine without a usable GPU. The CPU
 # track builds ignore the .cu files, so it grades exactly as without them.
+#
+# A student release (SERVELAB_STUDENT_RELEASE, CMakeLists.txt) has no planted
+# bugs and no grader self-tests: both are the instructor's (they quote or
+# assume the solutions), and a self-test that the skeleton scores 0 would fail
+# as soon as a student did the work.
 
 find_package(Python3 COMPONENTS Interpreter)
 set(SERVELAB_GRADER ${CMAKE_SOURCE_DIR}/tools/grade.py)
@@ -78,7 +83,9 @@ endfunction()
 # new or edited patch re-runs it. Each bug's files are written at build time
 # (a patch that no longer applies fails the build, naming its hunk).
 set(SERVELAB_PLANTED_BUGS "")
-if(Python3_Interpreter_FOUND)
+if(SERVELAB_STUDENT_RELEASE)
+  # None in a student release.
+elseif(Python3_Interpreter_FOUND)
   file(GLOB SERVELAB_BUG_PATCHES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/labs/lab*/*.patch)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
                ${SERVELAB_BUG_PATCHES} ${SERVELAB_PLANTER})
@@ -168,7 +175,7 @@ function(servelab_lab_cuda_track lab lab_dir lab_number)
     servelab_cuda_test_binary(${lab}_cuda_tests_wrong ${lab}_cuda_test_objects
                               ${lab}_cuda_wrong_kernels)
   endif()
-  if(NOT Python3_Interpreter_FOUND)
+  if(NOT Python3_Interpreter_FOUND OR SERVELAB_STUDENT_RELEASE)
     return()
   endif()
   set(grade ${Python3_EXECUTABLE} ${SERVELAB_GRADER} --lab ${lab_number} --track cuda --no-build
@@ -257,7 +264,7 @@ foreach(lab_dir ${SERVELAB_LAB_DIRS})
     servelab_lab_cuda_track(${lab} ${lab_dir} ${lab_number})
   endif()
 
-  if(NOT Python3_Interpreter_FOUND)
+  if(NOT Python3_Interpreter_FOUND OR SERVELAB_STUDENT_RELEASE)
     continue()
   endif()
   # Grader self-tests. Each writes its results.json under the build folder.
@@ -315,7 +322,7 @@ foreach(lab_dir ${SERVELAB_LAB_DIRS})
     LABELS "grader" TIMEOUT 600 SKIP_RETURN_CODE 77)
 endforeach()
 
-if(Python3_Interpreter_FOUND)
+if(Python3_Interpreter_FOUND AND NOT SERVELAB_STUDENT_RELEASE)
   add_test(NAME planted_bugs_apply
     COMMAND ${Python3_EXECUTABLE} ${SERVELAB_PLANTER} check)
   set_tests_properties(planted_bugs_apply PROPERTIES LABELS "labs" TIMEOUT 60)

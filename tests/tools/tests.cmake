@@ -1,21 +1,43 @@
-# tests/tools/tests.cmake — tests of the lab skeleton generator (tools/make_skeletons.py).
+# tests/tools/tests.cmake — tests of the lab skeleton generator (tools/make_skeletons.py)
+# and of the student release cut from it (tools/student_release.py).
 #
-# Part of the lab framework (all labs). Included from the top CMakeLists.txt.
-# Both tests need only the Python standard library, so any Python 3 will do.
+# Part of the lab framework (all labs; docs/teaching.md). Included from the top
+# CMakeLists.txt. They need only the Python standard library, git, ar and
+# strip; the proof builds a whole release.
 #
-# Tests registered (label "labs"):
+# Tests registered (label "labs"), in the instructor's tree only (a student
+# release has neither tool):
 #   make_skeletons_selftest   the generator's own tests, on temporary trees
 #   make_skeletons_check      labs/*/student/ matches the solution regions in
 #                             reference/ and kernels/ (fix: run the generator)
+#   student_release_cut       a release cut from this tree, with the archive of
+#                             this build's reference objects: no solution line in
+#                             it, the same bytes twice, the instructor's files left
+#                             out; and a pasted solution line fails its leak check
+#   student_release_proof     (label "slow") that release built from scratch:
+#                             make run chats, every lab's skeleton grades 0 and
+#                             the instructor's solutions copied in grade 100
 
 find_package(Python3 COMPONENTS Interpreter)
-if(Python3_Interpreter_FOUND)
+if(SERVELAB_STUDENT_RELEASE)
+  # Neither tool ships in a student release.
+elseif(Python3_Interpreter_FOUND)
   add_test(NAME make_skeletons_selftest
     COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/tests/tools/test_make_skeletons.py)
   add_test(NAME make_skeletons_check
     COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/tools/make_skeletons.py --check)
   set_tests_properties(make_skeletons_selftest make_skeletons_check PROPERTIES
     LABELS "labs" TIMEOUT 60)
+  add_test(NAME student_release_cut
+    COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/tests/tools/test_student_release.py
+            --build-dir ${CMAKE_BINARY_DIR})
+  set_tests_properties(student_release_cut PROPERTIES
+    LABELS "labs" TIMEOUT 300 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+  add_test(NAME student_release_proof
+    COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/tests/tools/test_student_release.py
+            --build-dir ${CMAKE_BINARY_DIR} --proof)
+  set_tests_properties(student_release_proof PROPERTIES
+    LABELS "labs;slow" TIMEOUT 5400 RUN_SERIAL TRUE ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
 else()
   message(STATUS "servelab: no Python 3 interpreter; skipping the lab skeleton tests")
 endif()
