@@ -8,9 +8,14 @@ Grades one lab and writes a Gradescope-compatible results.json:
              "compilation" entry worth the whole lab, with the compiler's last lines.
   2. tests   run the lab's GoogleTest binary once with --gtest_output=json and
              score each manifest group: points x (passed tests / tests in the group).
-             If the binary crashes, the groups that lost results are run again one
-             at a time (and, if a group crashes too, its tests one at a time), so one
-             crashing test does not zero the others.
+             If the binary crashes (a signal, an abort, an early exit), the groups
+             that lost results are run again one at a time, and a group that crashes
+             too test by test, so one crashing test does not zero the others; its
+             entry says which test crashed and how (SIGSEGV, SIGABRT, ...). Every run
+             is watched test by test: a test that runs past the manifest's
+             "test_timeout_s" (default 30 s; --test-timeout) is stopped as hung, and
+             the tests after it run without it, so a hang costs that test its
+             limit, not the lab's whole timeout_s.
   3. speed   optional: run the student's CLI and the reference CLI alternately
              (S R, R S, ...) on `bench`, with the manifest's OpenMP `threads`
              (default 1), and turn the ratio of one metric into points on a
@@ -30,7 +35,7 @@ Grades one lab and writes a Gradescope-compatible results.json:
 
 The lab's manifest, labs/labNN_<name>/manifest.json, says what to grade:
 
-  {"lab": 1, "name": "naive_decoding", "timeout_s": 300,
+  {"lab": 1, "name": "naive_decoding", "timeout_s": 300, "test_timeout_s": 30,
    "groups": [{"name": "RMSNorm", "filter": "Lab01RmsNorm.*", "points": 10}, ...],
    "throughput": {"name": "Decode speed", "points": 10,
                   "args": ["bench", "--model", "{model}", ...],
@@ -73,7 +78,7 @@ Usage: grade.py --lab N [--track cpu|cuda] [--build-dir build/release] [--no-bui
                 [--student-tests PATH] [--student-cli PATH] [--reference-cli PATH]
                 [--student-program PATH] [--program-arg=ARG ...]
                 [--manifest PATH] [--model PATH] [--repetitions K] [--max-rounds N]
-                [--skip-throughput] [--group NAME ...] [--skip-if-busy]
+                [--skip-throughput] [--group NAME ...] [--skip-if-busy] [--test-timeout S]
                 [--out results.json] [--min-score X] [--max-score X]
 """
 import argparse
@@ -88,6 +93,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -98,6 +104,11 @@ DEFAULT_BUILD_DIR = REPO_ROOT / "build" / "release"
 DEFAULT_MODEL = REPO_ROOT / "data" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 DEFAULT_TIMEOUT_S = 300
+# One test's limit: 4.5x the slowest reference test of any lab (Lab 6's
+# SpeculativeEngine.SampledTokensFollowTheTargetsDistribution, 6.6 s on the 2-core
+# course machine with a build beside it, 2026-12-06), and short beside timeout_s, so
+# a hang in a student's code costs its test this long, not the lab's whole timeout.
+DEFAULT_TEST_TIMEOUT_S = 30
 BUILD_TIMEOUT_S = 3600
 OUTPUT_LIMIT = 2000          # characters of output kept per results.json entry
 BUILD_LOG_LINES = 60         # compiler lines shown when the build fails
@@ -162,6 +173,7 @@ class Lab:
     groups: list
     throughput: Throughput = None
     track: str = "cpu"
+    test_timeout_s: float = DEFAULT_TEST_TIMEOUT_S  # one test's limit (a hang stops here)
 
     @property
     def tag(self):
@@ -273,6 +285,15 @@ def parse_manifest(data, lab_number, folder, track="cpu"):
     require(isinstance(name, str) and name.strip(), "name", "must be a non-empty string")
     timeout_s = data.get("timeout_s", DEFAULT_TIMEOUT_S)
     require(is_number(timeout_s) and timeout_s > 0, "timeout_s", "must be a number > 0")
+    test_timeout_s = data.get("test_timeout_s", DEFAULT_TEST_TIMEOUT_S)
+    require(is_number(test_timeout_s) and test_timeout_s > 0, "test_timeout_s",
+            "must be a number > 0")
+    # Tests the lab builds that do not run the student's code, each with its
+    # reason (tests/tools/test_lab_coverage.py holds every other test to a group).
+    for i, entry in enumerate(data.get("not_graded", [])):
+        require(isinstance(entry, dict) and set(entry) == {"filter", "why"}
+                and all(isinstance(entry[k], str) and entry[k].strip() for k in entry),
+                f"not_graded[{i}]", 'must be {"filter": ..., "why": ...}, both non-empty')
     groups = data.get("groups")
     require(isinstance(groups, list) and groups, "groups", "must be a non-empty list")
     parsed = [parse_group(group, f"groups[{i}]") for i, group in enumerate(groups)]
@@ -283,7 +304,7 @@ def parse_manifest(data, lab_number, folder, track="cpu"):
     if data.get("throughput") is not None:
         throughput = parse_throughput(data["throughput"], timeout_s)
         require(throughput.name not in names, "throughput.name", "is also a group name")
-    return Lab(lab_number, name, folder, timeout_s, parsed, throughput, track)
+    return Lab(lab_number, name, folder, timeout_s, parsed, throughput, track, test_timeout_s)
 
 
 def find_lab_folder(lab_number):
@@ -395,16 +416,21 @@ class RunResult:
     stderr: str
     timed_out: bool
     limit_s: float
+    hung_test: str = None  # the test that ran past its own limit (the run was stopped there)
 
 
-def run_program(command, timeout_s, env=None, merge_stderr=False):
+def run_program(command, timeout_s, env=None, merge_stderr=False, test_timeout_s=None):
     """Runs a command from the repository root, killing it (and its children) on timeout.
 
+    With test_timeout_s (a GoogleTest binary, stderr merged), it is also stopped
+    when one test runs longer than that: RunResult.hung_test names the test.
     Raises OSError when the program cannot be started at all."""
     process = subprocess.Popen(
         [str(part) for part in command], cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
         start_new_session=True)  # its own process group, so a timeout kills the whole tree
+    if test_timeout_s is not None and merge_stderr:
+        return watch_tests(process, timeout_s, test_timeout_s)
     timed_out = False
     try:
         stdout, stderr = process.communicate(timeout=timeout_s)
@@ -416,6 +442,45 @@ def run_program(command, timeout_s, env=None, merge_stderr=False):
             pass
         stdout, stderr = process.communicate()
     return RunResult(process.returncode, decode(stdout), decode(stderr), timed_out, timeout_s)
+
+
+def kill_group(process):
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def watch_tests(process, timeout_s, test_timeout_s):
+    """Waits for a GoogleTest run, reading its output as it comes; kills it when the
+    whole run passes timeout_s, or when one test (from its '[ RUN ]' line) runs
+    past test_timeout_s: a hang then costs that test, not the whole run."""
+    chunks, running = [], [None]  # running[0]: (test, when it started), or None
+
+    def read():
+        for raw in iter(process.stdout.readline, b""):
+            chunks.append(raw)
+            line = decode(raw)
+            if line.startswith(GTEST_RUN):
+                running[0] = (line[len(GTEST_RUN):].strip(), time.monotonic())
+            elif line.startswith(GTEST_RESULTS):
+                running[0] = None
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    started, hung, limit_s = time.monotonic(), None, timeout_s
+    while process.poll() is None:
+        now, current = time.monotonic(), running[0]
+        if current is not None and now - current[1] > test_timeout_s:
+            hung, limit_s = current[0], test_timeout_s
+        if hung or now - started > timeout_s:
+            kill_group(process)
+            break
+        time.sleep(0.05)
+    process.wait()
+    reader.join(timeout=5)
+    timed_out = hung is not None or time.monotonic() - started > timeout_s
+    return RunResult(process.returncode, decode(b"".join(chunks)), "", timed_out, limit_s, hung)
 
 
 def decode(data):
@@ -433,6 +498,8 @@ def describe_exit(returncode):
 
 
 GTEST_BANNERS = ("[==========]", "[----------]", "Running main() from", "Note: Google Test filter")
+GTEST_RUN = "[ RUN      ] "
+GTEST_RESULTS = ("[       OK ]", "[  FAILED  ]", "[  SKIPPED ]")
 
 
 def last_output(text):
@@ -443,7 +510,12 @@ def last_output(text):
 
 def describe_failed_run(run, running_test=None):
     """'timed out after 2 s' or 'crashed: SIGSEGV while running X, last output: ...'."""
+    running_test = run.hung_test or running_test
     where = f" while running {running_test}" if running_test else ""
+    if run.hung_test:
+        return (f"timed out after {number(run.limit_s)} s{where}: one test may run at most "
+                f"{number(run.limit_s)} s (an endless loop or a deadlock? the limit is the "
+                f"manifest's test_timeout_s, or --test-timeout)")
     if run.timed_out:
         return f"timed out after {number(run.limit_s)} s{where}"
     last = last_output(run.stdout + run.stderr)
@@ -458,6 +530,7 @@ class TestResult:
     message: str = ""
     skipped: bool = False
     skip_reason: str = ""  # what the test's GTEST_SKIP() said, when it printed it
+    hung: bool = False     # stopped past its own limit (test_timeout_s): not run again
 
 
 def matches_filter(test_name, gtest_filter):
@@ -573,14 +646,16 @@ def list_tests(binary, timeout_s):
     return [name for name, _ in iterate_tests(suites) if not is_disabled(name)], None
 
 
-def run_tests(binary, gtest_filter, timeout_s):
-    """Runs a gtest binary (optionally filtered); returns ({name: TestResult}, RunResult)."""
+def run_tests(binary, gtest_filter, timeout_s, test_timeout_s=None):
+    """Runs a gtest binary (optionally filtered); returns ({name: TestResult}, RunResult).
+    With test_timeout_s, a test running longer than that stops the run (RunResult.hung_test)."""
     with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
         report = Path(scratch) / "report.json"
         command = [binary, f"--gtest_output=json:{report}"]
         if gtest_filter:
             command.append(f"--gtest_filter={gtest_filter}")
-        run = run_program(command, timeout_s, gtest_environment(), merge_stderr=True)
+        run = run_program(command, timeout_s, gtest_environment(), merge_stderr=True,
+                          test_timeout_s=test_timeout_s)
         suites = read_gtest_json(report)
     results = {}
     for name, test in iterate_tests(suites or []):
@@ -588,7 +663,17 @@ def run_tests(binary, gtest_filter, timeout_s):
         if result is not None:
             results[name] = result
     explain_results(results, run.stdout)
+    if run.hung_test:  # it has no result of its own: the run was stopped in it
+        results[run.hung_test] = TestResult(False, describe_failed_run(run), hung=True)
     return results, run
+
+
+def without_tests(gtest_filter, names):
+    """gtest_filter with `names` left out (added to its negative patterns)."""
+    if not names:
+        return gtest_filter
+    joiner = ":" if "-" in gtest_filter else "-"
+    return gtest_filter + joiner + ":".join(sorted(names))
 
 
 class Budget:
@@ -607,17 +692,20 @@ class Budget:
 def rerun_after_crash(binary, lab, members, results, budget):
     """Re-runs each group that lost results, then each test of a group that crashed again.
 
-    Fills `results` in place; a test that crashes on its own gets its own crash message."""
+    Fills `results` in place; a test that crashes on its own gets its own crash message
+    (the signal's name), and a hung test (past lab.test_timeout_s) is not run again."""
     for group in lab.groups:
         missing = [name for name in members[group.name] if name not in results]
         if not missing or budget.left() <= 0:
             continue
-        found, run = run_tests(binary, group.filter, min(lab.timeout_s, budget.left()))
+        hung = {name for name in members[group.name] if name in results and results[name].hung}
+        found, run = run_tests(binary, without_tests(group.filter, hung),
+                               min(lab.timeout_s, budget.left()), lab.test_timeout_s)
         results.update(found)
         missing = [name for name in missing if name not in results]
         if not missing:
             continue
-        if run.timed_out:   # a hanging test: running its neighbours one by one would hang too
+        if run.timed_out and not run.hung_test:  # out of time: no test could run after it
             message = describe_failed_run(run, running_test_at_end(run.stdout))
             if run.limit_s < lab.timeout_s:
                 message += " (all the time left for re-runs after the crash)"
@@ -627,7 +715,8 @@ def rerun_after_crash(binary, lab, members, results, budget):
         for name in missing:
             if budget.left() <= 0:
                 break
-            found, run = run_tests(binary, name, min(lab.timeout_s, budget.left()))
+            found, run = run_tests(binary, name, min(lab.timeout_s, budget.left()),
+                                   lab.test_timeout_s)
             results.update(found)
             if name not in results:
                 results[name] = TestResult(False, describe_failed_run(run, name))
@@ -636,11 +725,17 @@ def rerun_after_crash(binary, lab, members, results, budget):
 def collect_results(binary, lab, members):
     """Runs the lab's tests; returns {name: TestResult} for every test in some group."""
     graded = {name for names in members.values() for name in names}
-    results, run = run_tests(binary, None, lab.timeout_s)
-    first_failure = describe_failed_run(run, running_test_at_end(run.stdout))
-    if graded - set(results) and not run.timed_out:
-        print("grade: the test binary crashed; re-running the affected groups one at a time",
-              file=sys.stderr)
+    results, run = run_tests(binary, None, lab.timeout_s, lab.test_timeout_s)
+    running = run.hung_test or running_test_at_end(run.stdout)
+    first_failure = describe_failed_run(run, running)
+    # A crash or one hung test: the others can still run. (Out of the whole
+    # timeout_s with no test past its own limit: there is no time left for them.)
+    if graded - set(results) and (not run.timed_out or run.hung_test):
+        how = (f"stopped {run.hung_test}, which ran past {number(lab.test_timeout_s)} s"
+               if run.hung_test else
+               f"crashed ({describe_exit(run.returncode)}{' in ' + running if running else ''})")
+        print(f"grade: the test binary {how}; re-running the affected groups one at a time, "
+              f"then the tests of a group that crashes again one by one", file=sys.stderr)
         budget = Budget(lab.timeout_s)
         rerun_after_crash(binary, lab, members, results, budget)
         if budget.ran_out:
@@ -1183,8 +1278,8 @@ def parse_args(argv):
                              "than the repetitions)")
     parser.add_argument("--target-error", type=float, metavar="PERCENT",
                         help=f"add rounds until the ratio's standard error is at most this "
-                             f"(default {RATIO_SE_TARGET:.0%}; at most {RATIO_SE_LIMIT:.1%}, "
-                             f"the most that is graded)")
+                             f"percent (default {RATIO_SE_TARGET * 100:g}; at most "
+                             f"{RATIO_SE_LIMIT * 100:g}, the most that is graded)")
     parser.add_argument("--program-arg", action="append", default=[], metavar="ARG",
                         help="one more argument for the throughput program (--program-arg=--x=1)")
     parser.add_argument("--skip-throughput", action="store_true",
@@ -1195,6 +1290,10 @@ def parse_args(argv):
     parser.add_argument("--skip-if-busy", action="store_true",
                         help="exit 77 (ctest's SKIPPED) when the speed could not be timed "
                              "because the machine was busy, and the rest met the thresholds")
+    parser.add_argument("--test-timeout", type=float, metavar="S",
+                        help=f"one test's limit in seconds: a test running longer is stopped "
+                             f"as hung and the others run without it (default: the "
+                             f"manifest's test_timeout_s, else {DEFAULT_TEST_TIMEOUT_S})")
     parser.add_argument("--min-score", type=float, help="exit 1 if the score is below this percent")
     parser.add_argument("--max-score", type=float, help="exit 1 if the score is above this percent")
     args = parser.parse_args(argv)
@@ -1208,6 +1307,8 @@ def parse_args(argv):
         parser.error("--lab must be >= 1")
     if args.repetitions is not None and args.repetitions < 1:
         parser.error("--repetitions must be >= 1")
+    if args.test_timeout is not None and not args.test_timeout > 0:
+        parser.error("--test-timeout must be > 0")
     if args.target_error is not None and not 0 < args.target_error <= RATIO_SE_LIMIT * 100:
         parser.error(f"--target-error must be in (0, {RATIO_SE_LIMIT * 100:g}] percent")
     return args
@@ -1245,6 +1346,8 @@ def grade(lab, args):
         select_groups(lab, args.group)
     if args.skip_throughput or args.group:
         lab.throughput = None
+    if args.test_timeout is not None:
+        lab.test_timeout_s = args.test_timeout
     if not args.no_build:
         failure = build(build_dir, lab)
         if failure is not None:

@@ -18,7 +18,8 @@ A patch starts with a few `Key: value` lines, then the diff:
     +++ b/reference/scheduler/scheduler.cpp
     @@ -181,7 +181,6 @@ ...
 
-- Function: the function the bug is in; a lab's bugs are in different functions.
+- Function: the function the bug is in; a lab's bugs spread over at least three
+  functions (two bugs may share one: two different ways to get it wrong).
 - Group: the start of the manifest group that must catch it (a unique prefix of
   its name); a lab's bugs are caught by different groups.
 - Expect: text the failure output of that group must contain (any case): the
@@ -332,14 +333,21 @@ def check_rules(bugs):
             problems.append(f"lab {lab:02d} has {len(cpu)} planted bug(s); it needs at least "
                             f"{MIN_BUGS_PER_LAB} (tests/labs/lab{lab:02d}/*.patch)")
     for (lab, track), members in by_lab.items():
-        for key, label in (("function", "function"), ("group", "group")):
-            seen = {}
-            for bug in members:
-                value = getattr(bug, key)
-                if value in seen and track == "cpu":
-                    problems.append(f"lab {lab:02d}: {bug.name} and {seen[value]} share the "
-                                    f"{label} {value!r}; each bug needs its own")
-                seen.setdefault(value, bug.name)
+        seen = {}
+        for bug in members:
+            if bug.group in seen and track == "cpu":
+                problems.append(f"lab {lab:02d}: {bug.name} and {seen[bug.group]} share the "
+                                f"group {bug.group!r}; each bug needs its own")
+            seen.setdefault(bug.group, bug.name)
+        # Two mistakes in one function are allowed (a function can go wrong in
+        # two ways a student makes, which different groups must each catch),
+        # but the bugs must spread over at least MIN_BUGS_PER_LAB functions.
+        functions = {bug.function for bug in members}
+        if track == "cpu" and len(members) >= MIN_BUGS_PER_LAB \
+                and len(functions) < MIN_BUGS_PER_LAB:
+            problems.append(f"lab {lab:02d}: its {len(members)} bugs are in {len(functions)} "
+                            f"function(s) ({', '.join(sorted(functions))}); they must spread "
+                            f"over at least {MIN_BUGS_PER_LAB}")
         if track == "cuda":
             paths = [path for bug in members for path in bug.paths]
             if len(paths) != len(set(paths)):

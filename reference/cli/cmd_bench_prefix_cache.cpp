@@ -3,11 +3,11 @@
 //
 // What each cache and admission policy would compute for a trace, in
 // milliseconds: hit rate, tokens computed, preemptions (prefix_cache_replay.h).
-// --tree-after N also prints the radix tree after N requests, for the
-// notebook's drawing. The requests are replayed --repeats times and the
-// median time reported: Lab 11's throughput case times the cache this way.
-#include <CLI/CLI.hpp>
+// --tree-after N also prints the radix tree after N requests: as JSON (with
+// --json) for the notebook's drawing, else indented, one node per line. The requests are replayed
+// --repeats times and the median time reported: Lab 11's throughput case times the cache this way.
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -51,7 +51,40 @@ nlohmann::json tree_json(const std::vector<RadixCache::NodeView>& nodes) {
     return all;
 }
 
+// One node per line, each indented under its parent (nodes() lists parents
+// before children, depth first, so the lines read as the tree).
+void print_tree(const std::vector<RadixCache::NodeView>& nodes, int64_t after_requests,
+                int64_t block_size) {
+    if (nodes.empty()) {
+        std::printf("radix tree: fewer than %lld requests finished, nothing to draw\n",
+                    (long long)after_requests);
+        return;
+    }
+    std::printf("radix tree after %lld requests (%zu nodes; blocks of %lld tokens):\n",
+                (long long)after_requests, nodes.size(), (long long)block_size);
+    std::vector<int> depth(nodes.size(), 0);
+    std::vector<std::pair<PrefixNode, int>> open;  // (node, depth) of the path printed last
+    for (size_t i = 0; i < nodes.size(); ++i) {
+        const RadixCache::NodeView& n = nodes[i];
+        while (!open.empty() && open.back().first != n.parent) open.pop_back();
+        depth[i] = open.empty() ? 0 : open.back().second + 1;
+        open.push_back({n.id, depth[i]});
+        const std::string indent(size_t(2 + 2 * depth[i]), ' ');
+        if (n.parent == kNoPrefixNode) {
+            std::printf("%sroot  lock_ref %d\n", indent.c_str(), n.lock_ref);
+            continue;
+        }
+        std::printf("%snode %lld: %zu block%s from token %lld  lock_ref %d  last used %llu\n",
+                    indent.c_str(), (long long)n.id, n.blocks.size(),
+                    n.blocks.size() == 1 ? "" : "s", (long long)n.tokens.front(), n.lock_ref,
+                    (unsigned long long)n.last_used);
+    }
+}
+
 void run(const Options& opts) {
+    if (opts.tree_after > 0 && opts.prefix_cache != "radix") {
+        throw Error("--tree-after draws the radix tree: it needs --prefix-cache radix");
+    }
     std::vector<TraceRequest> trace = load_trace(opts.trace);
     if (opts.limit > 0 && opts.limit < int64_t(trace.size())) trace.resize(size_t(opts.limit));
     PrefixReplayOptions replay;
@@ -102,6 +135,7 @@ void run(const Options& opts) {
     std::printf("preemptions         %10lld\n", (long long)result.preemptions);
     std::printf("replay time         %10.3f s (%.0f requests/s through the cache)\n", median_s,
                 median_s > 0 ? result.requests / median_s : 0.0);
+    if (opts.tree_after > 0) print_tree(result.snapshot, opts.tree_after, opts.block_size);
 }
 
 }  // namespace
@@ -136,7 +170,7 @@ void add_bench_prefix_cache_command(CLI::App& bench) {
         ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
         ->capture_default_str();
     cmd->add_option("--tree-after", opts->tree_after,
-                    "radix: print the tree after N requests finished (0 = no)")
+                    "radix: print the tree after N requests finished (0 = no; JSON with --json)")
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     cmd->add_option("--repeats", opts->repeats, "replays (the median time is reported)")

@@ -85,7 +85,8 @@ PrefixNode RadixCache::split(PrefixNode node, int64_t num_blocks) {
     // HINT: tokens, its lock_ref and last_used, and node's place in the parent's children
     // HINT: (same key: the same first block). node keeps the rest of its blocks and tokens,
     // HINT: and becomes the new node's only child, keyed by its new first block. Nothing is
-    // HINT: retained or released: the blocks only change nodes.
+    // HINT: retained or released: the blocks only change nodes. new_node may grow nodes_ and
+    // HINT: move every node: call it first, then take your Node& references (radix_cache.h).
     const PrefixNode parent = nodes_[size_t(node)].parent;
     const PrefixNode prefix = new_node(parent);  // may reallocate nodes_: no references before
     Node& head = nodes_[size_t(prefix)];

@@ -33,7 +33,9 @@
 // it after every operation):
 //   1. the root holds no blocks; every other node holds >= 1 block, and
 //      tokens.size() == blocks.size() * block_size;
-//   2. a node's children differ in their first block (they are keyed by it);
+//   2. a node's children are live nodes whose parent is that node, and they
+//      differ in their first block (they are keyed by it); every slot of
+//      nodes_ outside the tree is free: alive == false, in free_ids_ once;
 //   3. each block is in at most one node, and the tree holds exactly one
 //      allocator reference on each block in it;
 //   4. lock_ref(n) == holders(n) + sum of lock_ref over n's children, where
@@ -51,6 +53,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -89,7 +92,8 @@ class RadixCache : public PrefixIndex {
     // Every node, root first, each parent before its children.
     std::vector<NodeView> nodes() const;
     static constexpr PrefixNode kRoot = 0;
-    // Throws servelab::Error naming the first invariant (above) that does not hold.
+    // Throws servelab::Error naming the first invariant (above) that does not
+    // hold: its number, what broke, and why the invariant matters.
     void check_invariants() const;
 
   private:
@@ -118,9 +122,15 @@ class RadixCache : public PrefixIndex {
     // only child. Returns the new node. Handles of `node` stay valid: they
     // hold its whole path, which is still above and at it.
     PrefixNode split(PrefixNode node, int64_t num_blocks);
+    // A fresh node under `parent` (not yet in its children), in a reused slot
+    // or a new one. INVALIDATES every Node& and Node* into nodes_: a new slot
+    // grows the vector, which may move all its nodes. Take references after
+    // the call (split: new_node first, then `Node& head = nodes_[...]`), or
+    // keep ids across it.
     PrefixNode new_node(PrefixNode parent);
     // A new unlocked leaf under `parent` holding `blocks` and their tokens (the
     // first blocks.size() · block_size of `tokens`), each retained for the tree.
+    // Calls new_node: Node& references taken before it dangle after it.
     PrefixNode add_leaf(PrefixNode parent, std::span<const TokenId> tokens,
                         std::span<const BlockId> blocks);
     void unlock(PrefixNode node);
@@ -130,6 +140,13 @@ class RadixCache : public PrefixIndex {
     // Keeps the eviction set true to invariant 5 for `node` after a change
     // to its lock_ref, children or last_used.
     void update_eviction_entry(PrefixNode node);
+    // check_invariants' parts (radix_cache_check.cpp): invariants 1-4 and 6
+    // for one node (`owner` collects block -> node for 3), the free slots
+    // (2, given the nodes in the tree), and invariant 5.
+    void check_node_invariants(PrefixNode node,
+                               std::unordered_map<BlockId, PrefixNode>& owner) const;
+    void check_free_slots(const std::vector<NodeView>& tree) const;
+    void check_eviction_set() const;
 
     BlockAllocator& allocator_;
     int64_t block_size_;

@@ -322,6 +322,45 @@ class TestCrashesAndTimeouts(GraderTestCase):
         self.assertIn("crashed: SIGSEGV while running Attn.Boom", rope["output"])
         self.assertIn("were used up", rope["output"])
 
+    def test_a_crash_then_a_hang_cost_their_own_tests_only(self):
+        # A crash in the student's code, and a test that then hangs (as an engine
+        # test does on a corrupted tree): the others are graded, the crash is named
+        # by its signal, and the hang costs its test the short per-test limit.
+        self.fake_tests({"Norm.A": "pass", "Attn.Boom": "crash", "Attn.Loop": "hang",
+                         "Attn.Ok": "pass", "Rope.A": "pass"})
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5},
+                             {"name": "Attention", "filter": "Attn.*", "points": 6},
+                             {"name": "Rope", "filter": "Rope.*", "points": 5}], timeout_s=120)
+        started = time.monotonic()
+        _, results, _, stderr = self.grade("--test-timeout", "1")
+        self.assertLess(time.monotonic() - started, 15, "one hang costs 1 s, not timeout_s")
+        self.assertEqual(self.entry(results, "Norm")["score"], 5)
+        self.assertEqual(self.entry(results, "Rope")["score"], 5)
+        attention = self.entry(results, "Attention")
+        self.assertEqual(attention["score"], 2)  # Attn.Ok, 1 of 3
+        self.assertIn("crashed: SIGSEGV while running Attn.Boom", attention["output"])
+        self.assertIn("timed out after 1 s while running Attn.Loop", attention["output"])
+        self.assertIn("crashed (SIGSEGV in Attn.Boom)", stderr)
+        self.assertEqual(self.logged().count("tests --gtest_filter=Attn.Loop"), 1,
+                         "the hung test ran alone once, and was not run again")
+
+    def test_a_hang_in_the_first_run_costs_only_that_test(self):
+        self.fake_tests({"Norm.A": "pass", "Attn.Loop": "hang", "Attn.Ok": "pass", "Rope.A": "pass"})
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5},
+                             {"name": "Attention", "filter": "Attn.*", "points": 4},
+                             {"name": "Rope", "filter": "Rope.*", "points": 5}], timeout_s=120)
+        manifest = json.loads(self.manifest.read_text())
+        manifest["test_timeout_s"] = 1  # the manifest's limit, without --test-timeout
+        self.manifest.write_text(json.dumps(manifest))
+        started = time.monotonic()
+        _, results, _, _ = self.grade()
+        self.assertLess(time.monotonic() - started, 15)
+        self.assertEqual((results["score"], results["max_score"]), (12, 14))
+        self.assertIn("timed out after 1 s while running Attn.Loop: one test may run at most 1 s",
+                      self.entry(results, "Attention")["output"])
+        self.assertIn("tests --gtest_filter=Attn.*-Attn.Loop", self.logged(),
+                      "the group's re-run leaves the hung test out")
+
     def test_missing_binary_is_a_compilation_failure(self):
         self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5},
                              {"name": "Rope", "filter": "Rope.*", "points": 7}])
@@ -734,6 +773,8 @@ class TestResultsFile(GraderTestCase):
                "typo in a key": dict(good, groups=[{"name": "Norm", "filter": "N.*", "point": 5}]),
                "duplicate names": dict(good, groups=good["groups"] * 2),
                "bad timeout": dict(good, timeout_s=0),
+               "bad test timeout": dict(good, test_timeout_s=-1),
+               "not_graded without a reason": dict(good, not_graded=[{"filter": "X.*", "why": ""}]),
                "bad args": dict(good, throughput=dict(THROUGHPUT, args="bench")),
                "ratios reversed": dict(good, throughput=dict(THROUGHPUT, zero_ratio=0.9, full_ratio=0.5)),
                "zero repetitions": dict(good, throughput=dict(THROUGHPUT, repetitions=0))}
@@ -835,6 +876,18 @@ class TestGpuTrack(GraderTestCase):
                 self.assertEqual(code, grade.NOT_GRADED_EXIT)
                 self.assertIn(reason, stdout.getvalue().splitlines()[-1])
                 self.assertEqual(json.loads(self.out.read_text())["max_score"], 0)
+
+
+
+class TestCommandLine(unittest.TestCase):
+    def test_help_prints_every_option(self):
+        # argparse formats help with %: a literal % in a help string once made
+        # `grade.py --help` crash with a traceback instead of printing.
+        done = subprocess.run([sys.executable, str(GRADE_PY), "--help"], capture_output=True,
+                              text=True, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr[-500:])
+        for option in ("--lab", "--target-error", "--test-timeout", "--skip-if-busy"):
+            self.assertIn(option, done.stdout)
 
 
 if __name__ == "__main__":

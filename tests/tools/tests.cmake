@@ -10,6 +10,8 @@
 #   make_skeletons_selftest   the generator's own tests, on temporary trees
 #   make_skeletons_check      labs/*/student/ matches the solution regions in
 #                             reference/ and kernels/ (fix: run the generator)
+#   lab_manifests_grade_every_test  every test a lab's manifest builds is in a
+#                             graded group, or in its "not_graded" with a reason
 #   student_release_cut       a release cut from this tree, with the archive of
 #                             this build's reference objects: no solution line in
 #                             it, the same bytes twice, the instructor's files left
@@ -26,8 +28,10 @@ elseif(Python3_Interpreter_FOUND)
     COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/tests/tools/test_make_skeletons.py)
   add_test(NAME make_skeletons_check
     COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/tools/make_skeletons.py --check)
-  set_tests_properties(make_skeletons_selftest make_skeletons_check PROPERTIES
-    LABELS "labs" TIMEOUT 60)
+  add_test(NAME lab_manifests_grade_every_test
+    COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/tests/tools/test_lab_coverage.py)
+  set_tests_properties(make_skeletons_selftest make_skeletons_check lab_manifests_grade_every_test
+    PROPERTIES LABELS "labs" TIMEOUT 60 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
   add_test(NAME student_release_cut
     COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/tests/tools/test_student_release.py
             --build-dir ${CMAKE_BINARY_DIR})

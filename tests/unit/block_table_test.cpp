@@ -47,8 +47,11 @@ TEST(BlockAllocator, ReferenceCountsFreeABlockExactlyOnce) {
     EXPECT_EQ(allocator.num_free(), 2);
     EXPECT_NE(test::error_of([&] { allocator.release(block); }).find("which is free"),
               std::string::npos);
-    EXPECT_THROW(allocator.retain(block), Error);
-    EXPECT_THROW(allocator.release(7), Error);
+    EXPECT_THROW(allocator.retain(block), Error)
+        << "retain of a free block must throw (check_in_use): a holder on a free block would "
+           "share it with whoever allocates it next";
+    EXPECT_THROW(allocator.release(7), Error)
+        << "release of a block outside the pool must throw (check_in_use)";
 }
 
 TEST(BlockTable, AllocatesOnlyWhenTheLastBlockIsFull) {

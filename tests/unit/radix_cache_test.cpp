@@ -1,84 +1,26 @@
 // radix_cache_test.cpp — Lab 11: the radix cache's match, split, insert, locks and eviction,
-// and a property test of random operations against a brute-force model.
+// one rule at a time (the property test, random operations against a brute-force model, is
+// radix_cache_property_test.cpp).
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <map>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "reference/common/error.h"
 #include "reference/kv/block_allocator.h"
 #include "reference/kv/radix_cache.h"
+#include "tests/unit/radix_test_util.h"
 
 namespace servelab {
 namespace {
 
-constexpr int64_t kBlock = 4;
+using test::finish;
+using test::run_prompt;
+using test::Sequence;
+using test::show;
+using test::tokens_of;
 
-// A sequence as the block manager keeps one: its tokens, its block table
-// (each block retained once for it) and the node it holds.
-struct Sequence {
-    std::vector<TokenId> tokens;
-    std::vector<BlockId> blocks;
-    PrefixNode node = kNoPrefixNode;
-};
-
-// Runs `tokens` through the cache as a sequence would: takes the cached
-// prefix, computes (allocates) the rest of its full blocks, names them.
-Sequence run_prompt(RadixCache& cache, BlockAllocator& allocator,
-                    const std::vector<TokenId>& tokens) {
-    Sequence seq{tokens, {}, kNoPrefixNode};
-    const int64_t full = int64_t(tokens.size()) / kBlock;
-    PrefixMatch hit = cache.match(tokens, full);
-    for (BlockId block : hit.blocks) allocator.retain(block);
-    seq.blocks = hit.blocks;
-    seq.node = hit.node;
-    while (int64_t(seq.blocks.size()) < full) {
-        while (allocator.num_free() == 0 && cache.evict_one()) {
-        }
-        seq.blocks.push_back(allocator.allocate());
-    }
-    seq.node = cache.insert(tokens, seq.blocks, seq.node);
-    return seq;
-}
-
-void finish(RadixCache& cache, BlockAllocator& allocator, Sequence& seq) {
-    cache.release(seq.node, seq.blocks);
-    for (BlockId block : seq.blocks) allocator.release(block);
-    seq = {};
-}
-
-std::vector<TokenId> tokens_of(std::initializer_list<int> blocks) {
-    // Block b of the result is four copies of its number: easy to read in failures.
-    std::vector<TokenId> tokens;
-    for (int b : blocks) tokens.insert(tokens.end(), size_t(kBlock), TokenId(b));
-    return tokens;
-}
-
-// Every cached prefix (whole blocks) and the block that ends it, read off the tree.
-std::map<std::vector<TokenId>, BlockId> cached_prefixes(const RadixCache& cache) {
-    std::map<std::vector<TokenId>, BlockId> out;
-    std::map<PrefixNode, std::vector<TokenId>> path;  // tokens from the root to a node's end
-    for (const RadixCache::NodeView& node : cache.nodes()) {  // parents before children
-        std::vector<TokenId> prefix =
-            node.parent == kNoPrefixNode ? std::vector<TokenId>{} : path.at(node.parent);
-        for (size_t j = 0; j < node.blocks.size(); ++j) {
-            prefix.insert(prefix.end(), node.tokens.begin() + int64_t(j) * kBlock,
-                          node.tokens.begin() + int64_t(j + 1) * kBlock);
-            out[prefix] = node.blocks[j];
-        }
-        path[node.id] = prefix;
-    }
-    return out;
-}
-
-std::string show(const std::vector<BlockId>& blocks) {
-    std::string out = "[";
-    for (size_t i = 0; i < blocks.size(); ++i) out += (i ? " " : "") + std::to_string(blocks[i]);
-    return out + "]";
-}
+constexpr int64_t kBlock = test::kRadixBlock;
 
 TEST(RadixCache, MatchFindsTheLongestCachedPrefixInWholeBlocks) {
     BlockAllocator allocator(32);
@@ -98,6 +40,54 @@ TEST(RadixCache, MatchFindsTheLongestCachedPrefixInWholeBlocks) {
     probe.back() = 77;
     EXPECT_EQ(cache.cached_prefix_blocks(probe), 2);
     EXPECT_EQ(cache.match(probe, 1).blocks.size(), 1u) << "max_blocks caps the match";
+    cache.check_invariants();
+}
+
+// What num_evictable() after caching {1,2,3} and matching {1,2,9} says about match.
+std::string why_evictable_after_divergence(int64_t evictable) {
+    if (evictable == 3) {
+        return "num_evictable() is 3: all three blocks stayed evictable under the request that "
+               "matched two of them. match did not split the node {1,2,3} where the prompt "
+               "diverges (block 3 against 9) and locked its parent instead: the request's two "
+               "blocks can be evicted before its first forward pass (handout, section 3)";
+    }
+    if (evictable == 0) {
+        return "num_evictable() is 0: match locked the whole node {1,2,3} instead of splitting "
+               "it where the prompt diverges: block 3, which the request does not use, can "
+               "never be evicted while it runs";
+    }
+    return "num_evictable() is " + std::to_string(evictable) +
+           ": only block 3 is outside the request's path. match splits the node {1,2,3} after "
+           "block 2, where the prompt diverges, and locks the head {1,2}";
+}
+
+// Handout, section 3: a request locks exactly the blocks it matched. A prompt
+// that parts from a cached node inside it gets a node ending where the match
+// ends only if match splits there.
+TEST(RadixCache, MatchSplitsWhereThePromptDivergesAndLocksExactlyTheMatch) {
+    BlockAllocator allocator(32);
+    RadixCache cache(allocator, kBlock);
+    Sequence a = run_prompt(cache, allocator, tokens_of({1, 2, 3}));
+    const std::vector<BlockId> a_blocks = a.blocks;
+    finish(cache, allocator, a);
+    ASSERT_EQ(cache.num_evictable(), 3) << "a finished prompt's three blocks are all evictable";
+
+    const PrefixMatch hit = cache.match(tokens_of({1, 2, 9}), 3);
+    ASSERT_EQ(hit.blocks, std::vector<BlockId>(a_blocks.begin(), a_blocks.begin() + 2));
+    EXPECT_EQ(cache.num_evictable(), 1) << why_evictable_after_divergence(cache.num_evictable());
+    for (const RadixCache::NodeView& node : cache.nodes()) {
+        if (node.id != hit.node) continue;
+        EXPECT_EQ(node.blocks.empty() ? -1 : node.blocks.back(), a_blocks[1])
+            << "match returned node " << node.id << ", holding " << show(node.blocks)
+            << ": the node a request holds must end exactly at its last matched block ("
+            << a_blocks[1] << "), so split the node where the prompt diverges";
+    }
+    ASSERT_TRUE(cache.evict_one()) << "block 3, past the divergence, is nobody's: evictable";
+    EXPECT_FALSE(cache.contains(a_blocks[2])) << "the unused block 3 is the one to go";
+    EXPECT_FALSE(cache.evict_one())
+        << "a second eviction took a block the running request matched: match must lock "
+           "the split's head {1,2}";
+    cache.release(hit.node, {});
     cache.check_invariants();
 }
 
@@ -128,8 +118,10 @@ void expect_all_cached(const RadixCache& cache, const std::vector<BlockId>& bloc
     for (BlockId block : blocks) {
         EXPECT_TRUE(cache.contains(block))
             << "block " << block << " of " << whose << " was evicted: evicting a locked node "
-            << "(lock_ref > 0: a running sequence reads it; locking must take it out of the "
-            << "eviction set)";
+            << "(lock_ref > 0: a running sequence reads it). The candidates: lock (a node whose "
+            << "lock_ref goes from 0 to 1 must leave the eviction set), evict_one (it takes only "
+            << "eviction_order_'s first entry, an unlocked leaf, and frees its last block), or "
+            << "insert (it locks the sequence's new end before unlocking the node it held)";
     }
 }
 
@@ -228,129 +220,6 @@ TEST(RadixCache, ForkedHoldersKeepAPathLockedUntilBothFinish) {
     finish(cache, allocator, second);
     EXPECT_EQ(cache.num_evictable(), 2);
     EXPECT_THROW(cache.release(RadixCache::kRoot, {}), Error) << "unlocking more than locked";
-}
-
-// The property test: random prompts drawn from a few families (so that they
-// share prefixes and part at random blocks), run, finished, forked and
-// evicted at random, against a brute-force model of what must be cached.
-TEST(RadixCacheProperty, RandomOperationsAgreeWithABruteForceModel) {
-    for (uint64_t seed = 1; seed <= 40; ++seed) {
-        SCOPED_TRACE("seed " + std::to_string(seed));
-        std::mt19937_64 rng(seed);
-        auto below = [&rng](int64_t n) { return int64_t(rng() % uint64_t(n)); };
-        BlockAllocator allocator(24);
-        RadixCache cache(allocator, kBlock);
-        // The model: every cached prefix (whole blocks) and its block.
-        std::map<std::vector<TokenId>, BlockId> model;
-        std::vector<Sequence> live;
-        // After each operation: what the tree caches must be what the model
-        // inserted, less what was evicted; and what was evicted must have been
-        // an unused leaf.
-        auto check_against_model = [&] {
-            const std::map<std::vector<TokenId>, BlockId> tree = cached_prefixes(cache);
-            for (const auto& [key, block] : tree) {
-                const auto found = model.find(key);
-                ASSERT_TRUE(found != model.end() && found->second == block)
-                    << "the tree caches a prefix of " << key.size() << " tokens under block "
-                    << block << ", which no sequence named";
-                if (int64_t(key.size()) > kBlock) {
-                    const std::vector<TokenId> parent(key.begin(), key.end() - kBlock);
-                    ASSERT_EQ(tree.count(parent), 1u)
-                        << "a cached block outlived the block before it: eviction took an inner "
-                           "node (an LRU that evicts the root path)";
-                }
-            }
-            for (const Sequence& seq : live) {
-                for (size_t k = 0; k < seq.blocks.size(); ++k) {
-                    const std::vector<TokenId> key(seq.tokens.begin(),
-                                                   seq.tokens.begin() + int64_t(k + 1) * kBlock);
-                    const auto named = model.find(key);
-                    if (named == model.end() || named->second != seq.blocks[k]) continue;
-                    const auto kept = tree.find(key);
-                    ASSERT_TRUE(kept != tree.end() && kept->second == seq.blocks[k])
-                        << "evicted block " << seq.blocks[k] << ", which a live sequence uses";
-                }
-            }
-            model = tree;
-        };
-        auto random_prompt = [&] {
-            std::vector<TokenId> tokens;
-            const int64_t length = 1 + below(6 * kBlock);
-            const TokenId family = TokenId(below(3));
-            for (int64_t i = 0; i < length; ++i) {
-                // Mostly the family's own token sequence, sometimes a detour.
-                tokens.push_back(below(8) == 0 ? TokenId(10 + below(3))
-                                               : TokenId(family * 100 + i));
-            }
-            return tokens;
-        };
-        for (int step = 0; step < 300; ++step) {
-            const int64_t op = below(10);
-            if (op < 4 && live.size() < 4) {
-                const std::vector<TokenId> prompt = random_prompt();
-                const int64_t full = int64_t(prompt.size()) / kBlock;
-                // Expected match: the longest run of cached prefixes.
-                std::vector<BlockId> expected;
-                for (int64_t k = 1; k <= full; ++k) {
-                    const auto found = model.find(
-                        std::vector<TokenId>(prompt.begin(), prompt.begin() + k * kBlock));
-                    if (found == model.end()) break;
-                    expected.push_back(found->second);
-                }
-                ASSERT_EQ(cache.cached_prefix_blocks(prompt), int64_t(expected.size()));
-                // Enough blocks for the rest even if nothing more can be evicted?
-                const int64_t need = full - int64_t(expected.size());
-                if (allocator.num_free() + cache.num_evictable() < need + int64_t(expected.size()))
-                    continue;
-                Sequence seq = run_prompt(cache, allocator, prompt);
-                ASSERT_EQ(std::vector<BlockId>(seq.blocks.begin(),
-                                               seq.blocks.begin() + int64_t(expected.size())),
-                          expected);
-                // The blocks past the match are new names (an id may be one
-                // evicted a moment ago, reused).
-                for (int64_t k = int64_t(expected.size()) + 1; k <= full; ++k) {
-                    model[std::vector<TokenId>(prompt.begin(), prompt.begin() + k * kBlock)] =
-                        seq.blocks[size_t(k - 1)];
-                }
-                live.push_back(seq);
-                check_against_model();
-            } else if (op < 7 && !live.empty()) {
-                const size_t i = size_t(below(int64_t(live.size())));
-                finish(cache, allocator, live[i]);
-                live.erase(live.begin() + int64_t(i));
-            } else if (op < 8 && !live.empty() && live.size() < 4) {
-                Sequence copy = live[size_t(below(int64_t(live.size())))];
-                for (BlockId block : copy.blocks) allocator.retain(block);
-                cache.lock(copy.node);
-                live.push_back(copy);
-            } else {
-                const int64_t before = cache.num_cached_blocks();
-                const bool evicted = cache.evict_one();
-                if (evicted) {
-                    ASSERT_EQ(cache.num_cached_blocks(), before - 1) << "one block per eviction";
-                } else {
-                    ASSERT_EQ(cache.num_evictable(), 0) << "evict_one refused an evictable block";
-                }
-                check_against_model();
-            }
-            ASSERT_NO_THROW(cache.check_invariants());
-            ASSERT_EQ(cache.num_cached_blocks(), int64_t(model.size()));
-            // Every block's reference count equals its owners: the cache (if
-            // cached) and each live sequence whose table holds it.
-            for (BlockId block = 0; block < BlockId(allocator.num_blocks()); ++block) {
-                int64_t owners = cache.contains(block) ? 1 : 0;
-                for (const Sequence& seq : live) {
-                    owners += std::count(seq.blocks.begin(), seq.blocks.end(), block);
-                }
-                ASSERT_EQ(allocator.ref_count(block), owners) << "block " << block;
-            }
-        }
-        for (Sequence& seq : live) finish(cache, allocator, seq);
-        while (cache.evict_one()) {
-        }
-        EXPECT_EQ(allocator.num_free(), allocator.num_blocks()) << "every block back in the pool";
-        EXPECT_EQ(cache.nodes().size(), 1u) << "only the root is left";
-    }
 }
 
 }  // namespace

@@ -19,38 +19,18 @@
 #include "reference/sampling/sampler.h"
 #include "reference/scheduler/scheduler.h"
 #include "tests/unit/engine_test_util.h"
+#include "tests/unit/scheduler_test_util.h"
 
 namespace servelab {
 namespace {
 
+using test::batch;
+using test::make_request;
 using test::one_float_config;
+using test::pretend_step;
 using test::RandomSource;
-
-std::unique_ptr<Request> request_with(int64_t id, std::vector<TokenId> prompt, int32_t max_tokens,
-                                      int64_t block_size, int32_t priority = 0) {
-    SamplingParams params;
-    params.max_tokens = max_tokens;
-    return std::make_unique<Request>(id, std::move(prompt), params, priority, block_size);
-}
-
-// Request `id` with a prompt of distinct tokens id * 1000 + i.
-std::unique_ptr<Request> make_request(int64_t id, int64_t prompt_tokens, int32_t max_tokens,
-                                      int64_t block_size, int32_t priority = 0) {
-    std::vector<TokenId> prompt;
-    for (int64_t i = 0; i < prompt_tokens; ++i) prompt.push_back(TokenId(id * 1000 + i));
-    return request_with(id, prompt, max_tokens, block_size, priority);
-}
-
-// A step's batch in the student's terms: "[request 1: 32 tokens, request 2: 1 token]".
-std::string batch(const SchedulerOutput& out) {
-    std::string text = "[";
-    for (const ScheduledChunk& c : out.chunks) {
-        text += (text.size() > 1 ? ", " : "") + std::string("request ") +
-                std::to_string(c.request->id) + ": " + std::to_string(c.num_tokens) +
-                (c.num_tokens == 1 ? " token" : " tokens");
-    }
-    return text + "]";
-}
+using test::request_with;
+using test::run_sixty_four_requests;
 
 std::vector<int64_t> ids(const std::vector<Request*>& requests) {
     std::vector<int64_t> out;
@@ -62,15 +42,6 @@ std::string id_list(const std::vector<int64_t>& values) {
     std::string text = "[";
     for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
     return text + "]";
-}
-
-// What the engine does after a step, minus the model: the chunks' tokens are
-// computed, and a request that caught up gets a new token.
-void pretend_step(KvBlockManager& kv, const SchedulerOutput& out) {
-    for (const ScheduledChunk& c : out.chunks) {
-        kv.commit(c.request->kv, c.request->tokens);
-        if (c.request->num_uncomputed() == 0) c.request->tokens.push_back(7);
-    }
 }
 
 TEST(Scheduler, ChunksALongPromptUnderTheTokenBudget) {
@@ -637,236 +608,12 @@ TEST(Scheduler, APreemptedRequestIsReadmittedBeforeLaterArrivals) {
 
 // ---- Continuous batching equals solo runs ------------------------------------
 
-struct LiveRequest {
-    std::unique_ptr<Request> request;
-    std::unique_ptr<Sampler> sampler;
-    std::vector<TokenId> solo_tokens;  // what generate() gives it alone
-};
-
-// 64 requests through the scheduler and the batched forward pass, each
-// checked against its solo run. FCFS: all queued at once. Priority: each
-// request has a random priority and they arrive two per step, so an urgent
-// newcomer often finds older, less urgent requests running: those become
-// the victims, often after they were already put in this step's batch
-// (which they must then leave).
-void run_sixty_four_requests(SchedulingPolicy policy,
-                             PrefixCacheKind prefix_cache = PrefixCacheKind::kHash) {
-    RandomSource random;
-    SCOPED_TRACE(random.trace());
-    const auto bytes = make_tiny_model({.seed = random.seed(), .context_length = 128});
-    const Model model = Model::from_gguf(GgufFile::parse(bytes));
-    ModelRunner runner(model.config, model.weights);
-    const int64_t block_size = 4;
-    // 48 blocks = 192 slots for 64 requests of up to 56 tokens (one of up
-    // to 90): preemption is certain. Prefix caching on, and prompts share
-    // prefixes.
-    PagedKvCache pool(model.config, 48, block_size);
-    KvBlockManager kv(pool, prefix_cache);
-    Scheduler scheduler(kv, {.max_num_batched_tokens = 48, .max_num_seqs = 24, .policy = policy},
-                        128);
-
-    std::vector<std::vector<TokenId>> prefixes(3);
-    for (auto& prefix : prefixes) {
-        for (int64_t n = random.integer(4, 24); n > 0; --n) {
-            prefix.push_back(TokenId(random.integer(0, model.config.vocab_size - 1)));
-        }
-    }
-    std::vector<LiveRequest> live;
-    for (int64_t id = 0; id < 64; ++id) {
-        std::vector<TokenId> prompt = prefixes[size_t(random.integer(0, 2))];
-        // The last request's prompt never fits one 48-token step, so some
-        // prompt is always chunked, whatever the arrivals.
-        for (int64_t n = id == 63 ? 50 : random.integer(1, 16); n > 0; --n) {
-            prompt.push_back(TokenId(random.integer(0, model.config.vocab_size - 1)));
-        }
-        SamplingParams params;
-        params.max_tokens = int32_t(random.integer(1, 16));
-        params.ignore_eos = true;
-        if (id % 2 == 1) {  // half sampled with their own seeds, half greedy
-            params.temperature = 0.8f;
-            params.seed = uint64_t(random.integer(0, 1 << 30));
-        }
-        // Alone on a paged cache of its own: the same attention path as the
-        // batch, whose bits do not depend on what shares a step, on chunking
-        // or on the block size. So any difference is the batching's.
-        const GenerationResult solo =
-            generate_on_runner(runner, model, prompt, params, RunnerLayout::kContiguous, 16);
-        const int32_t priority =
-            policy == SchedulingPolicy::kPriority ? int32_t(random.integer(0, 3)) : 0;
-        auto request = std::make_unique<Request>(id, prompt, params, priority, block_size);
-        auto sampler = std::make_unique<Sampler>(request->params);
-        live.push_back({std::move(request), std::move(sampler), solo.tokens});
-    }
-
-    const size_t arrivals_per_step = policy == SchedulingPolicy::kFcfs ? live.size() : 2;
-    size_t num_arrived = 0;
-    int64_t preemptions = 0, partial_chunks = 0, steps = 0, finished = 0;
-    while (finished < int64_t(live.size())) {
-        ASSERT_LT(++steps, 20'000) << "no progress";
-        for (size_t n = 0; n < arrivals_per_step && num_arrived < live.size(); ++n) {
-            scheduler.add(*live[num_arrived++].request);
-        }
-        const SchedulerOutput out = scheduler.schedule();
-        ASSERT_FALSE(out.chunks.empty()) << "an idle step with requests waiting";
-        preemptions += int64_t(out.preempted.size());
-        for (const Request* victim : out.preempted) {
-            ASSERT_EQ(victim->kv.table.blocks().size(), 0u)
-                << "request " << victim->id << " was preempted but still holds "
-                << victim->kv.table.blocks().size() << " KV blocks: preempting frees the "
-                << "victim's blocks (kv_.finish); it recomputes its tokens later";
-        }
-        std::vector<SequenceChunk> chunks;
-        for (const ScheduledChunk& c : out.chunks) {
-            Request& r = *c.request;
-            partial_chunks += c.num_tokens < r.num_uncomputed() ? 1 : 0;
-            chunks.push_back({StepInput{std::span(r.tokens).subspan(
-                                            size_t(r.kv.num_computed_tokens), size_t(c.num_tokens)),
-                                        r.kv.num_computed_tokens},
-                              &r.kv.table});
-        }
-        std::vector<float> logits = runner.forward_batch(chunks, pool);
-        const size_t vocab = size_t(model.config.vocab_size);
-        for (size_t i = 0; i < out.chunks.size(); ++i) {
-            Request& r = *out.chunks[i].request;
-            kv.commit(r.kv, r.tokens);
-            if (r.num_uncomputed() > 0) continue;  // mid-prompt: no token yet
-            LiveRequest& l = live[size_t(r.id)];
-            r.tokens.push_back(
-                l.sampler->sample(std::span(logits).subspan(i * vocab, vocab), r.tokens));
-            if (r.num_generated() == r.params.max_tokens) {
-                scheduler.finish(r);
-                ++finished;
-            }
-        }
-    }
-    for (const LiveRequest& l : live) {
-        const std::vector<TokenId> generated(
-            l.request->tokens.begin() + l.request->num_prompt_tokens, l.request->tokens.end());
-        EXPECT_EQ(generated, l.solo_tokens)
-            << "request " << l.request->id << " (" << l.request->num_preemptions
-            << " preemptions) generated other tokens than it does alone";
-    }
-    EXPECT_GT(preemptions, 0) << "the pool was meant to force preemption";
-    EXPECT_GT(partial_chunks, 0) << "no prompt was chunked";
-    // Every block comes back: only the prefix cache still holds some.
-    kv.clear_prefix_cache();
-    EXPECT_EQ(pool.allocator().num_free(), pool.num_blocks())
-        << pool.num_blocks() - pool.allocator().num_free()
-        << " blocks are still taken after every request finished";
-}
-
 TEST(ContinuousBatching, SixtyFourRequestsEqualTheirSoloRunsDespitePreemption) {
     run_sixty_four_requests(SchedulingPolicy::kFcfs);
 }
 
 TEST(ContinuousBatching, SixtyFourPrioritizedRequestsEqualTheirSoloRunsDespitePreemption) {
     run_sixty_four_requests(SchedulingPolicy::kPriority);
-}
-
-// Lab 11: the same with the radix cache, and with cache-aware admission.
-TEST(ContinuousBatching, SixtyFourRequestsOnTheRadixCacheEqualTheirSoloRuns) {
-    run_sixty_four_requests(SchedulingPolicy::kFcfs, PrefixCacheKind::kRadix);
-}
-
-TEST(ContinuousBatching, SixtyFourRequestsUnderLongestPrefixMatchEqualTheirSoloRuns) {
-    run_sixty_four_requests(SchedulingPolicy::kLpm, PrefixCacheKind::kRadix);
-}
-
-// Computes `request`'s prompt and finishes it, leaving its full blocks cached.
-void cache_prompt(Scheduler& scheduler, KvBlockManager& kv, Request& request) {
-    scheduler.add(request);
-    pretend_step(kv, scheduler.schedule());
-    scheduler.finish(request);
-}
-
-std::vector<TokenId> prompt_from(std::vector<TokenId> prefix, TokenId first, int64_t extra) {
-    for (int64_t i = 0; i < extra; ++i) prefix.push_back(first + TokenId(i));
-    return prefix;
-}
-
-TEST(LongestPrefixMatch, AdmitsTheRequestWhosePromptIsMostCachedFirst) {
-    for (const PrefixCacheKind kind : {PrefixCacheKind::kHash, PrefixCacheKind::kRadix}) {
-        SCOPED_TRACE(prefix_cache_kind_name(kind));
-        PagedKvCache pool(one_float_config(), 64, 4);
-        KvBlockManager kv(pool, kind);
-        Scheduler scheduler(
-            kv, {.max_num_batched_tokens = 64, .max_num_seqs = 1, .policy = SchedulingPolicy::kLpm},
-            4096);
-        const std::vector<TokenId> shared = prompt_from({}, 100, 12);  // 3 blocks
-        auto warm = request_with(1, shared, 1, 4);
-        cache_prompt(scheduler, kv, *warm);
-        auto cold = make_request(2, 14, 1, 4);
-        auto some = request_with(3, prompt_from({100, 101, 102, 103}, 900, 10), 1, 4);
-        auto most = request_with(4, prompt_from(shared, 700, 2), 1, 4);
-        scheduler.add(*cold);
-        scheduler.add(*some);
-        scheduler.add(*most);
-        const SchedulerOutput out = scheduler.schedule();
-        EXPECT_EQ(batch(out), "[request 4: 2 tokens]")
-            << "request 4 has 12 prompt tokens cached, request 3 has 4, request 2 none: the "
-               "longest prefix match goes first (one slot: max_num_seqs = 1)";
-        EXPECT_EQ(cold->num_overtaken, 1);
-        EXPECT_EQ(some->num_overtaken, 1);
-    }
-}
-
-TEST(LongestPrefixMatch, AmongEqualMatchesTheQueueOrderDecides) {
-    PagedKvCache pool(one_float_config(), 64, 4);
-    KvBlockManager kv(pool, PrefixCacheKind::kRadix);
-    Scheduler scheduler(
-        kv, {.max_num_batched_tokens = 64, .max_num_seqs = 1, .policy = SchedulingPolicy::kLpm},
-        4096);
-    auto a = make_request(1, 9, 1, 4);
-    auto b = make_request(2, 9, 1, 4);
-    scheduler.add(*a);
-    scheduler.add(*b);
-    EXPECT_EQ(batch(scheduler.schedule()), "[request 1: 9 tokens]")
-        << "nothing cached for either: first come, first served";
-}
-
-// The starvation bound: a stream of requests sharing a hot cached prefix
-// keeps arriving; an unrelated request queued first must still run after at
-// most lpm_max_overtakes of them.
-TEST(LongestPrefixMatch, NoRequestIsOvertakenMoreThanTheBound) {
-    for (const int64_t bound : {0, 1, 3, 8}) {
-        SCOPED_TRACE("lpm_max_overtakes = " + std::to_string(bound));
-        PagedKvCache pool(one_float_config(), 256, 4);
-        KvBlockManager kv(pool, PrefixCacheKind::kRadix);
-        Scheduler scheduler(kv,
-                            {.max_num_batched_tokens = 64,
-                             .max_num_seqs = 1,
-                             .policy = SchedulingPolicy::kLpm,
-                             .lpm_max_overtakes = bound},
-                            4096);
-        const std::vector<TokenId> hot = prompt_from({}, 100, 16);
-        auto warm = request_with(0, hot, 1, 4);
-        cache_prompt(scheduler, kv, *warm);
-        auto lonely = make_request(1, 10, 1, 4);
-        scheduler.add(*lonely);
-        std::vector<std::unique_ptr<Request>> stream;
-        int64_t admitted_before_lonely = 0;
-        for (int64_t step = 0; step < 40 && lonely->status == RequestStatus::kWaiting; ++step) {
-            // Two newcomers per step, each sharing the hot prefix.
-            for (int k = 0; k < 2; ++k) {
-                stream.push_back(
-                    request_with(100 + int64_t(stream.size()),
-                                 prompt_from(hot, TokenId(5000 + 10 * stream.size()), 3), 1, 4));
-                scheduler.add(*stream.back());
-            }
-            const SchedulerOutput out = scheduler.schedule();
-            ASSERT_EQ(out.chunks.size(), 1u);
-            Request& ran = *out.chunks[0].request;
-            pretend_step(kv, out);
-            scheduler.finish(ran);
-            if (&ran != lonely.get()) ++admitted_before_lonely;
-        }
-        EXPECT_EQ(lonely->status, RequestStatus::kFinished)
-            << "the request with nothing cached never ran: longest-prefix-match without a "
-               "starvation bound lets a hot prefix overtake it forever";
-        EXPECT_LE(admitted_before_lonely, bound);
-        EXPECT_LE(lonely->num_overtaken, bound);
-        for (const auto& r : stream) EXPECT_LE(r->num_overtaken, bound) << "request " << r->id;
-    }
 }
 
 }  // namespace

@@ -187,6 +187,34 @@ TEST(VerifyStochasticRules, AnEmptyResidualFallsBackToTheTarget) {
                                   "zero: the next token is then drawn from p itself";
 }
 
+// The handout's rule for the random stream: one uniform per judged draft,
+// then one for the correction or the bonus token, in that order, so that a
+// seeded request draws the same numbers wherever it is verified.
+TEST(VerifyStochasticRules, DrawsOneUniformPerJudgedDraftAndOneForTheNextToken) {
+    // Two drafts (0, then 1); every draw is 0.
+    const std::vector<float> same = {0.5f, 0.5f, 0.5f, 0.5f, /* bonus row */ 0.5f, 0.5f};
+    const std::vector<float> q = {0.5f, 0.5f, 0.5f, 0.5f};
+    const std::vector<TokenId> draft = {0, 1};
+    int64_t calls = 0;
+    const std::function<double()> counted = [&calls] {
+        ++calls;
+        return 0.0;
+    };
+    const Verification all = verify_stochastic(draft, same, q, 2, counted);
+    ASSERT_EQ(all.num_accepted, 2);
+    EXPECT_EQ(calls, 3) << "both drafts accepted took " << calls << " uniform draws: one per "
+                        << "judged draft and one for the bonus token, 3 (not drawn up front, "
+                        << "not one per vocabulary entry)";
+    // p rules out the first draft: it is judged, the second is not.
+    const std::vector<float> p = {0.0f, 1.0f, 0.5f, 0.5f, /* bonus row */ 0.5f, 0.5f};
+    calls = 0;
+    const Verification rejected = verify_stochastic(draft, p, q, 2, counted);
+    ASSERT_EQ(rejected.num_accepted, 0);
+    EXPECT_EQ(calls, 2) << "a rejection of the first of two drafts took " << calls
+                        << " uniform draws: one for the judged draft and one for the "
+                        << "correction, 2; a draft after the rejection is not judged";
+}
+
 TEST(VerifyStochasticRules, ADraftTheDraftModelRuledOutIsAnError) {
     const std::vector<float> p = {0.5f, 0.5f, 0.5f, 0.5f};
     const std::vector<float> q = {0.0f, 1.0f};

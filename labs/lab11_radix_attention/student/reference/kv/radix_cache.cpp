@@ -87,7 +87,8 @@ PrefixNode RadixCache::split(PrefixNode node, int64_t num_blocks) {
     // TODO(lab11): tokens, its lock_ref and last_used, and node's place in the parent's children
     // TODO(lab11): (same key: the same first block). node keeps the rest of its blocks and tokens,
     // TODO(lab11): and becomes the new node's only child, keyed by its new first block. Nothing is
-    // TODO(lab11): retained or released: the blocks only change nodes.
+    // TODO(lab11): retained or released: the blocks only change nodes. new_node may grow nodes_ and
+    // TODO(lab11): move every node: call it first, then take your Node& references (radix_cache.h).
     throw NotImplemented("lab11: split");
 }
 
