@@ -256,6 +256,14 @@ def test_paged(servelab, workdir, tiny):
     expect_error(servelab, "kv-sim: unknown config", ["kv-sim", "--config", "GPT-9"], 1, "no model config 'GPT-9'")
     expect_error(servelab, "kv-sim: missing trace", ["kv-sim", "--trace", "/nonexistent.jsonl"], 1,
                  "cannot open trace")
+    code, out, err = run(servelab, "bench", "prefix-cache", "--trace",
+                         os.path.join(TRACES, "branching.jsonl"), "--kv-blocks", "128",
+                         "--prefix-cache", "radix", "--tree-after", "3")
+    check("bench prefix-cache --tree-after prints the radix tree without --json",
+          code == 0 and out.count("node ") >= 3 and "lock_ref" in out, out[-300:] + err)
+    expect_error(servelab, "bench prefix-cache --tree-after with the hash cache",
+                 ["bench", "prefix-cache", "--trace", os.path.join(TRACES, "branching.jsonl"),
+                  "--prefix-cache", "hash", "--tree-after", "3"], 1, "--prefix-cache radix")
     expect_error(servelab, "replay needs the paged cache",
                  ["replay", "-m", long_tiny, "--kv-layout", "contiguous", "--trace",
                   os.path.join(TRACES, "shared_system_prompt.jsonl")], 1, "paged KV cache")
