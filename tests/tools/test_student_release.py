@@ -19,7 +19,8 @@ Part of the lab framework (docs/teaching.md). Two runs:
         - CMake configures it, taking the prebuilt objects.
   test_student_release.py --build-dir build/release --proof
       the slow proof (label "slow"): that release built from scratch in a
-      fresh folder, as a student gets it: `make run` chats, every lab's
+      fresh folder, as a student gets it: `make run` chats, the grader's unit
+      tests pass there (none may need an instructor-only file), every lab's
       untouched skeleton grades 0 saying "not implemented", and with the
       instructor's solution files copied into its student/ folder it grades
       100 on the tests (the timed case may say "not graded: busy").
@@ -225,6 +226,9 @@ def proof(build_dir):
         if "assistant" not in env_note.lower() and len(env_note.strip()) < 10:
             fail(f"make run gave no answer: {env_note[-1000:]}")
         print("  make run chats on the release: ok")
+        # The release's own tool tests, without the instructor's files they may reach for.
+        run_in(release, [sys.executable, "tests/tools/test_grade.py"], timeout=600)
+        print("  the grader's unit tests pass in the release: ok")
         check_skeleton_grades_zero(release)
         check_solutions_grade_full(release)
 
