@@ -46,7 +46,6 @@ import datetime
 import fnmatch
 import json
 import pathlib
-import re
 import shutil
 import subprocess
 import sys

@@ -167,9 +167,8 @@ void check_max_model_len(const ServeOptions& opts,
 // refuse such a request whenever it came: refuse to start instead, naming
 // the flags that fix it (vLLM checks its max_model_len the same way).
 void check_pool_holds_a_request(const ServedEngine& s, const ServeOptions& opts, int64_t num_blocks,
-                                bool several_models) {
+                                int64_t longest_tokens, bool several_models) {
     const int64_t block_size = opts.cache.block_size;
-    const int64_t longest_tokens = capped_context_length(s.model.config, opts.max_model_len);
     const int64_t needed_blocks = (longest_tokens + block_size - 1) / block_size;
     if (num_blocks >= needed_blocks) return;
     const int64_t needed_bytes =
@@ -194,6 +193,7 @@ void check_pool_holds_a_request(const ServedEngine& s, const ServeOptions& opts,
 void build_engine(ServedEngine& s, size_t index, size_t num_models, const ServeOptions& opts,
                   const SchedulerConfig& scheduler, const std::shared_ptr<LoopSignal>& signal) {
     const Model& model = s.model;
+    const int64_t longest_tokens = capped_context_length(model.config, opts.max_model_len);
     // Whole blocks only: a budget below one block buys none (the check
     // below refuses it), not the one block blocks_for_budget rounds up to.
     const int64_t num_blocks =
@@ -203,14 +203,12 @@ void build_engine(ServedEngine& s, size_t index, size_t num_models, const ServeO
             "  '{}': weights {}, KV {} = {} blocks of {} tokens ({} tokens), requests up to {} "
             "tokens",
             s.name, format_bytes(int64_t(model.file.file_size())), format_bytes(s.kv_budget_bytes),
-            num_blocks, opts.cache.block_size, num_blocks * opts.cache.block_size,
-            capped_context_length(model.config, opts.max_model_len));
+            num_blocks, opts.cache.block_size, num_blocks * opts.cache.block_size, longest_tokens);
     }
-    check_pool_holds_a_request(s, opts, num_blocks, num_models > 1);
+    check_pool_holds_a_request(s, opts, num_blocks, longest_tokens, num_models > 1);
     s.pool = std::make_unique<PagedKvCache>(model.config, num_blocks, opts.cache.block_size);
     s.kv = std::make_unique<KvBlockManager>(*s.pool, opts.cache.prefix_cache_kind());
     s.runner = std::make_unique<ModelRunner>(model.config, model.weights, opts.cache.mla_mode());
-    const int64_t longest_tokens = capped_context_length(model.config, opts.max_model_len);
     if (!scheduler.chunked_prefill && scheduler.max_num_batched_tokens < longest_tokens) {
         spdlog::warn(
             "--no-chunked-prefill: a step holds a request's whole prompt (and, after a "

@@ -93,9 +93,7 @@ RouterServer::RouterServer(BackendPool& pool, RouterOptions options)
     listener.max_connections = options_.max_connections;
     listener.header_timeout = options_.header_timeout;
     listener.body_timeout = options_.body_timeout;
-    http_ = make_api_listener(listener, options_.max_body_bytes, [this](const Refusal& refusal) {
-        http_metrics_.record_error_answer(refusal.status, refusal.method, refusal.path);
-    });
+    http_ = make_api_listener(listener, options_.max_body_bytes, http_metrics_);
     // Every answer that went through a handler, the router's own errors and
     // the replicas' relayed ones alike, is counted as it is written; the
     // listener's refusals above never reach a handler.

@@ -10,8 +10,7 @@
 namespace servelab {
 
 std::unique_ptr<HttpListener> make_api_listener(const ListenerLimits& limits,
-                                                int64_t max_body_bytes,
-                                                std::function<void(const Refusal&)> on_refused) {
+                                                int64_t max_body_bytes, HttpMetrics& metrics) {
     auto listener = std::make_unique<HttpListener>(
         limits,
         [](int status, const std::string& message) {
@@ -21,7 +20,9 @@ std::unique_ptr<HttpListener> make_api_listener(const ListenerLimits& limits,
                                message, "", status == 503 ? "overloaded" : ""})
                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
         },
-        std::move(on_refused));
+        [&metrics](const Refusal& refusal) {
+            metrics.record_error_answer(refusal.status, refusal.method, refusal.path);
+        });
     listener->set_payload_max_length(size_t(max_body_bytes));
     listener->set_socket_options([](socket_t sock) {
         const int yes = 1;

@@ -4,7 +4,8 @@
 // `servelab serve` and `servelab route` answer clients with the same rules,
 // so they build their listener here, once:
 //   - the listener's own refusals (400, 408, 431, 501, 503) carry the API's
-//     error body, as every other error does;
+//     error body, as every other error does, and are counted in the front's
+//     HttpMetrics as its other error answers are;
 //   - the port is bound exclusively: cpp-httplib's default adds
 //     SO_REUSEPORT, which lets a second process bind the same port and the
 //     kernel split the connections between the two, silently. SO_REUSEADDR
@@ -20,11 +21,12 @@
 #include <memory>
 
 #include "reference/server/http_listener.h"
+#include "reference/server/server_metrics.h"
 
 namespace servelab {
 
+// `metrics` must outlive the listener.
 std::unique_ptr<HttpListener> make_api_listener(const ListenerLimits& limits,
-                                                int64_t max_body_bytes,
-                                                std::function<void(const Refusal&)> on_refused);
+                                                int64_t max_body_bytes, HttpMetrics& metrics);
 
 }  // namespace servelab

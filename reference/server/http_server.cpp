@@ -106,9 +106,7 @@ OpenAiServer::OpenAiServer(const std::vector<ServedModel>& models, ServerOptions
     listener.max_connections = options_.max_connections;
     listener.header_timeout = options_.header_timeout;
     listener.body_timeout = options_.body_timeout;
-    http_ = make_api_listener(listener, options_.max_body_bytes, [this](const Refusal& refusal) {
-        http_metrics_.record_error_answer(refusal.status, refusal.method, refusal.path);
-    });
+    http_ = make_api_listener(listener, options_.max_body_bytes, http_metrics_);
     add_routes();
 }
 

@@ -29,7 +29,6 @@ import argparse
 import filecmp
 import importlib.util
 import json
-import os
 import pathlib
 import shutil
 import subprocess
