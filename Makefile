@@ -9,6 +9,8 @@
 #                  GPU-check build): about an hour more
 #   make student-release OUT=dir   the course's student release, without solutions
 #                  (the instructor's tree only; docs/teaching.md)
+#   make autograder LAB=N   autograder_labNN.zip, the lab's Gradescope autograder
+#                  (the instructor's tree only; docs/teaching.md)
 # Both are idempotent: re-running skips what is already installed or built.
 
 MAKEFLAGS += --no-print-directory
@@ -17,7 +19,7 @@ PYTHON := .venv/bin/python
 MODEL := data/models/SmolLM2-135M-Instruct.Q4_1.gguf
 QUESTION ?= What is the capital of France? Answer in one sentence.
 
-.PHONY: run test test-all setup build build-fuzz build-tsan model goldens grade skeletons student-release bench serve-report cpu-report clean
+.PHONY: run test test-all setup build build-fuzz build-tsan model goldens grade skeletons student-release autograder bench serve-report cpu-report clean
 
 # The presets build with Ninja (its dependency scanning is much cheaper than
 # make's on 2 cores); a tree configured by an older checkout with another
@@ -116,6 +118,13 @@ student-release: build
 	@test -f tools/student_release.py || { echo "student-release: this is a student release; cut releases from the instructor's tree"; exit 2; }
 	@test -n "$(OUT)" || { echo "student-release: give the folder to write, OUT=dir"; exit 2; }
 	@python3 tools/student_release.py --out $(OUT) --build-dir build/release
+
+# The lab's Gradescope autograder (docs/teaching.md): a student release with the
+# hidden tests kept, setup.sh and run_autograder. make autograder LAB=5
+autograder: build
+	@test -f tools/autograder/make_autograder.py || { echo "autograder: this is a student release; make autograders from the instructor's tree"; exit 2; }
+	@test -n "$(LAB)" || { echo "autograder: give the lab, LAB=N"; exit 2; }
+	@python3 tools/autograder/make_autograder.py --lab $(LAB) --build-dir build/release
 
 clean:
 	rm -rf build

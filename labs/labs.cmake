@@ -65,8 +65,10 @@ function(servelab_lab_test_binary name test_objects engine)
   target_link_libraries(${name} PRIVATE ${engine} GTest::gmock GTest::gtest)
 endfunction()
 
-# The test source files a manifest lists, as absolute paths.
+# The test source files a manifest lists, as absolute paths. An edited
+# manifest configures the build again (a new test source must be linked).
 function(servelab_manifest_test_sources out_var manifest_file)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${manifest_file})
   file(READ ${manifest_file} manifest)
   string(JSON num_sources LENGTH ${manifest} test_sources)
   math(EXPR last_source "${num_sources} - 1")
@@ -221,7 +223,8 @@ foreach(lab_dir ${SERVELAB_LAB_DIRS})
   foreach(test_source ${test_sources})
     get_filename_component(test_file_name ${test_source} NAME_WE)
     if(NOT TARGET servelab_unit_${test_file_name})
-      message(FATAL_ERROR "${lab_dir}/manifest.json: ${test_source} is not a test of tests/unit/")
+      message(FATAL_ERROR "${lab_dir}/manifest.json: ${test_source} is not a test of tests/unit/ "
+                          "or tests/hidden/")
     endif()
     list(APPEND lab_test_objects $<TARGET_OBJECTS:servelab_unit_${test_file_name}>)
   endforeach()

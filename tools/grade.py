@@ -127,11 +127,22 @@ class ManifestError(Exception):
     """The manifest is missing or malformed; the message is one line."""
 
 
+# Gradescope's test visibilities. A group that is not "visible" is the
+# course's hidden test: left out of the student release (tools/student_release.py),
+# graded by make grade in the instructor's tree and by the autograder.
+VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
+
+
 @dataclass
 class Group:
     name: str
     filter: str
     points: float
+    visibility: str = "visible"
+
+    @property
+    def hidden(self):
+        return self.visibility != "visible"
 
 
 @dataclass
@@ -174,6 +185,7 @@ class Lab:
     throughput: Throughput = None
     track: str = "cpu"
     test_timeout_s: float = DEFAULT_TEST_TIMEOUT_S  # one test's limit (a hang stops here)
+    hidden_points: float = 0  # a release's manifest: the points of the groups it left out
 
     @property
     def tag(self):
@@ -205,7 +217,7 @@ class Lab:
         return total + (self.throughput.points if self.throughput else 0)
 
 
-GROUP_KEYS = {"name", "filter", "points", "description"}
+GROUP_KEYS = {"name", "filter", "points", "description", "visibility"}
 THROUGHPUT_KEYS = {"name", "points", "args", "metric", "repetitions", "full_ratio",
                    "zero_ratio", "timeout_s", "description", "program", "reference_metric",
                    "threads", "cores"}
@@ -234,7 +246,10 @@ def parse_group(table, where):
         require(isinstance(value, str) and value.strip(), f"{where}.{key}", "must be a non-empty string")
     points = table.get("points")
     require(is_number(points) and points >= 0, f"{where}.points", "must be a number >= 0")
-    return Group(table["name"], table["filter"], points)
+    visibility = table.get("visibility", "visible")
+    require(visibility in VISIBILITIES, f"{where}.visibility",
+            f"must be one of {', '.join(VISIBILITIES)} (Gradescope's)")
+    return Group(table["name"], table["filter"], points, visibility)
 
 
 def parse_throughput(table, default_timeout):
@@ -304,7 +319,10 @@ def parse_manifest(data, lab_number, folder, track="cpu"):
     if data.get("throughput") is not None:
         throughput = parse_throughput(data["throughput"], timeout_s)
         require(throughput.name not in names, "throughput.name", "is also a group name")
-    return Lab(lab_number, name, folder, timeout_s, parsed, throughput, track, test_timeout_s)
+    hidden_points = data.get("hidden_points", 0)
+    require(is_number(hidden_points) and hidden_points >= 0, "hidden_points", "must be a number >= 0")
+    return Lab(lab_number, name, folder, timeout_s, parsed, throughput, track, test_timeout_s,
+               hidden_points)
 
 
 def find_lab_folder(lab_number):
@@ -350,6 +368,7 @@ class Entry:
     max_score: float
     output: str = ""
     passed: bool = None  # None: passed when it earned every point
+    visibility: str = "visible"  # Gradescope's: a hidden group's entry is hidden from students
 
     def __post_init__(self):
         if self.passed is None:
@@ -358,7 +377,7 @@ class Entry:
     def to_json(self):
         return {"name": self.name, "score": round(self.score, 2), "max_score": round(self.max_score, 2),
                 "status": "passed" if self.passed else "failed",
-                "output": truncate(self.output, OUTPUT_LIMIT), "visibility": "visible"}
+                "output": truncate(self.output, OUTPUT_LIMIT), "visibility": self.visibility}
 
 
 def truncate(text, limit):
@@ -377,10 +396,13 @@ def total_score(entries):
     return round(sum(round(entry.score, 2) for entry in entries), 2)
 
 
-def write_results(path, entries, leaderboard, seconds):
+def write_results(path, entries, leaderboard, seconds, summary=""):
+    """results.json in Gradescope's schema; `summary`, the scorecard's last line, is
+    its top-level "output" (what a student reads above the tests)."""
     results = {
         "score": total_score(entries),
         "max_score": round(sum(entry.max_score for entry in entries), 2),
+        "output": summary,
         "tests": [entry.to_json() for entry in entries],
         "leaderboard": leaderboard,
         "execution_time": int(round(seconds)),
@@ -749,7 +771,8 @@ def collect_results(binary, lab, members):
 def group_entry(group, names, results):
     """The scorecard entry of one group: points x passed / tests."""
     if not names:
-        return Entry(group.name, 0, group.points, f"no tests matched {group.filter}", passed=False)
+        return Entry(group.name, 0, group.points, f"no tests matched {group.filter}", passed=False,
+                     visibility=group.visibility)
     failed = [name for name in names if not results[name].passed]
     passed = len(names) - len(failed)
     lines = [f"{passed}/{len(names)} tests passed"]
@@ -758,7 +781,7 @@ def group_entry(group, names, results):
         for name in failed:
             lines.append(f"\n--- {name}\n{results[name].message.strip()}")
     return Entry(group.name, group.points * passed / len(names), group.points, "\n".join(lines),
-                 passed=not failed)
+                 passed=not failed, visibility=group.visibility)
 
 
 def compilation_entry(max_score, output):
@@ -777,7 +800,8 @@ def grade_tests(binary, lab):
         return [compilation_entry(group_points, f"cannot run the test binary {binary}: {error.strerror}")]
     if failed_listing is not None:
         message = "could not list the tests: " + describe_failed_run(failed_listing)
-        return [Entry(group.name, 0, group.points, message, passed=False) for group in lab.groups]
+        return [Entry(group.name, 0, group.points, message, passed=False, visibility=group.visibility)
+                for group in lab.groups]
     members = {group.name: [n for n in names if matches_filter(n, group.filter)] for group in lab.groups}
     results = collect_results(binary, lab, members)
     if lab.track != "cpu":
@@ -1391,6 +1415,22 @@ def threshold_exit_code(args, entries):
     return 0
 
 
+def summary_line(args, lab, result, not_graded):
+    """The scorecard's last line, `lab NN: S/M points`, also results.json's top-level output."""
+    track = "" if args.track == "cpu" else f" {args.track} track"
+    if not_graded is not None:
+        return f"lab {args.lab:02d}{track}: not graded: {not_graded}"
+    entries = result.entries
+    maximum = sum(entry.max_score for entry in entries)
+    line = f"lab {args.lab:02d}{track}: {number(total_score(entries))}/{number(maximum)} points"
+    if not result.speed_graded:
+        line += " (speed not graded: machine busy)"
+    if lab is not None and lab.hidden_points:
+        line += (f"; the course's autograder also runs hidden tests worth "
+                 f"{number(lab.hidden_points)} points")
+    return line
+
+
 def main(argv=None):
     args = parse_args(argv)
     started = time.monotonic()
@@ -1413,20 +1453,16 @@ def main(argv=None):
         grader_failed = True
     entries = result.entries
     out = args.out or (lab.folder / lab.results_name if lab else default_out(args))
-    write_results(out, entries, result.leaderboard, time.monotonic() - started)
-    track = "" if args.track == "cpu" else f" {args.track} track"
+    summary = summary_line(args, lab, result, not_graded)
+    write_results(out, entries, result.leaderboard, time.monotonic() - started, summary)
     if not_graded is not None:
-        print(f"lab {args.lab:02d}{track}: not graded: {not_graded}")
+        print(summary)
         print(f"grade: wrote {out}", file=sys.stderr)
         return NOT_GRADED_EXIT
-    title = lab.title if lab else f"lab {args.lab:02d}"
-    print_scorecard(title, entries)
+    print_scorecard(lab.title if lab else f"lab {args.lab:02d}", entries)
     if not result.speed_graded:
-        speed = entries[-1].output.splitlines()[0]
-        print(f"speed {speed}")
-    maximum = sum(entry.max_score for entry in entries)
-    print(f"lab {args.lab:02d}{track}: {number(total_score(entries))}/{number(maximum)} points"
-          + ("" if result.speed_graded else " (speed not graded: machine busy)"))
+        print(f"speed {entries[-1].output.splitlines()[0]}")
+    print(summary)
     print(f"grade: wrote {out}", file=sys.stderr)
     if grader_failed:
         return 2

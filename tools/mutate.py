@@ -35,6 +35,8 @@ Usage:
   tools/mutate.py --list --lab 5            the mutants, without running them
   tools/mutate.py --smoke 2                 2 mutants per lab, which must be killed
                                             (what `make test` runs)
+  tools/mutate.py --lab 5 --visibility hidden   what the lab's hidden tests alone kill
+                                            (visible: what a student's copy alone kills)
 Options: --build-dir DIR (default build/release), --jobs N (default: CPUs),
 --seed N, --out DIR (JSON reports, default BUILD/mutation), --no-build (use the
 build as it is; otherwise each lab's reference tests are built first). Exit status: 0
@@ -381,7 +383,18 @@ def link_command(build_dir, target):
     return words
 
 
-def prepare(lab, build_dir, jobs, build=True):
+def graded_groups(manifest, visibility):
+    """The manifest's groups that judge mutants: all, or only the visible (what a
+    student's copy has) or only the hidden ones (do the hidden tests earn their place?)."""
+    if visibility == "all":
+        return manifest.groups
+    chosen = [g for g in manifest.groups if g.hidden == (visibility == "hidden")]
+    if not chosen:
+        raise BuildError(f"the manifest has no {visibility} group")
+    return chosen
+
+
+def prepare(lab, build_dir, jobs, build=True, visibility="all"):
     """Builds the lab's reference tests (unless build is False: they must exist);
     returns what mutants need to be built and run."""
     target = f"{lab}_tests_reference"
@@ -405,7 +418,8 @@ def prepare(lab, build_dir, jobs, build=True):
     if failed is not None:
         raise BuildError(f"{binary}: could not list its tests")
     manifest = load_manifest(lab)
-    graded = [n for n in names if any(grade.matches_filter(n, g.filter) for g in manifest.groups)]
+    groups = graded_groups(manifest, visibility)
+    graded = [n for n in names if any(grade.matches_filter(n, g.filter) for g in groups)]
     test_filter = ":".join(graded)
     started = time.monotonic()
     baseline = run_tests(binary, test_filter, 600, DEFAULT_SEED)
@@ -523,6 +537,9 @@ def main(argv=None):
     parser.add_argument("--no-build", action="store_true",
                         help="use the build folder as it is (what make test does)")
     parser.add_argument("--min-score", type=float, default=0.0)
+    parser.add_argument("--visibility", choices=("all", "visible", "hidden"), default="all",
+                        help="judge mutants by these groups only (default all; hidden: what the "
+                             "hidden tests alone kill)")
     parser.add_argument("--out", type=pathlib.Path)
     args = parser.parse_args(argv)
     build_dir = args.build_dir.resolve()
@@ -541,7 +558,8 @@ def main(argv=None):
                 print(f"{lab} `{mutant.id}` {mutant.describe()}")
             continue
         try:
-            lab_build = prepare(lab, build_dir, args.jobs, build=not args.no_build)
+            lab_build = prepare(lab, build_dir, args.jobs, build=not args.no_build,
+                                visibility=args.visibility)
         except BuildError as error:
             print(f"mutate: {lab}: {error}", file=sys.stderr)
             return 2

@@ -7,7 +7,12 @@ solution of every exercise, between `// BEGIN SOLUTION labNN` and
 standalone tree without them that still builds, chats, benchmarks and grades:
 
   - every tracked file, except the instructor's own (INSTRUCTOR_ONLY below:
-    planted bugs, the mutation runner, the grader's self-tests, this tool);
+    planted bugs, the hidden tests, the mutation runner, the grader's
+    self-tests, this tool);
+  - each lab's manifests without their hidden groups (a group whose
+    "visibility" is not "visible") and without the test sources of
+    tests/hidden/; "hidden_points" says how many points the course's
+    autograder grades beyond them (tools/grade.py prints it);
   - each file with solution regions replaced by its skeleton, byte for byte
     the copy in labs/labNN_*/student/ (tools/make_skeletons.py writes both);
   - the reference versions of those files as compiled objects only:
@@ -36,6 +41,9 @@ Usage:
   student_release.py --out DIR --no-build                     archive the objects as built
   student_release.py --out DIR --no-prebuilt                  skip the archive
   student_release.py --leak-check DIR                         only check an existing release
+  student_release.py --out DIR --with-hidden                  keep the hidden tests and full
+                                                               manifests: the autograder's tree
+                                                               (tools/autograder/make_autograder.py)
 Exit status: 0, or 1 with one line per problem.
 """
 from __future__ import annotations
@@ -63,6 +71,8 @@ INSTRUCTOR_ONLY = [
     "tools/planted_bugs.py",
     "tools/make_skeletons.py",           # regions -> skeletons; a release has no regions
     "tools/student_release.py",          # this tool
+    "tools/autograder/make_autograder.py",  # the autograder's zip holds the hidden tests
+    "tests/hidden/*",                    # hidden tests (manifest groups with "visibility")
     "tools/release/*",                   # its templates (README.md becomes the release's)
     "tests/tools/test_mutate.py",
     "tests/tools/test_make_skeletons.py",
@@ -130,17 +140,65 @@ def release_note(root):
             f"prebuilt:      {PREBUILT_ARCHIVE} (reference exercise objects, Linux x86-64)\n")
 
 
-def copy_tree(root, out):
-    """Writes the release's source files into `out`; returns how many."""
+def is_manifest(path):
+    return fnmatch.fnmatch(path, "labs/lab[0-9][0-9]_*/manifest*.json")
+
+
+def is_hidden_source(path):
+    return path.startswith("tests/hidden/")
+
+
+def public_manifest(text):
+    """A lab manifest without its hidden groups and hidden test sources, plus
+    "hidden_points": their points. Written one group per line, as the
+    instructor's are, with no timestamps: the same input gives the same bytes."""
+    data = json.loads(text)
+    groups = data.get("groups", [])
+    hidden = [g for g in groups if g.get("visibility", "visible") != "visible"]
+    if not hidden:
+        return text
+    data["groups"] = [g for g in groups if g not in hidden]
+    data["test_sources"] = [s for s in data.get("test_sources", []) if not is_hidden_source(s)]
+    points = sum(g.get("points", 0) for g in hidden)
+    data["hidden_points"] = int(points) if float(points).is_integer() else points
+    return format_manifest(data)
+
+
+def format_manifest(data):
+    """JSON with one line per top-level key and per element of a list of objects."""
+    lines = []
+    for key, value in data.items():
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            items = ",\n".join(f"    {json.dumps(v, ensure_ascii=False)}" for v in value)
+            lines.append(f"  {json.dumps(key)}: [\n{items}\n  ]")
+        else:
+            lines.append(f"  {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def release_files(root, with_hidden):
+    """The tree's files that go into a release, in order."""
+    for path in tracked_files(root):
+        if path == "README.md":
+            continue
+        if instructor_only(path) and not (with_hidden and is_hidden_source(path)):
+            continue
+        yield path
+
+
+def copy_tree(root, out, with_hidden=False):
+    """Writes the release's source files into `out`; returns how many. `with_hidden`
+    keeps the hidden tests and the manifests whole (the autograder's tree)."""
     skeletons = skeleton_sources(root)
     count = 0
-    for path in tracked_files(root):
-        if instructor_only(path) or path == "README.md":
-            continue
+    for path in release_files(root, with_hidden):
         target = out / path
         target.parent.mkdir(parents=True, exist_ok=True)
         if path in skeletons:
             target.write_bytes(skeletons[path])
+        elif is_manifest(path) and not with_hidden:
+            target.write_text(public_manifest((root / path).read_text(encoding="utf-8")),
+                              encoding="utf-8")
         else:
             shutil.copyfile(root / path, target)
         count += 1
@@ -204,6 +262,14 @@ class RegionLabel:
         return f"lab{self.lab} region {self.path}:{self.line}"
 
 
+@dataclasses.dataclass(frozen=True)
+class HiddenTestLabel:
+    path: str   # the hidden test file
+
+    def __str__(self):
+        return f"hidden test {self.path}"
+
+
 def normalise(line):
     return " ".join(line.split())
 
@@ -215,12 +281,19 @@ def is_comment(text):
 CODE_SUFFIXES = (".cpp", ".h", ".cu", ".cuh", ".py")
 
 
-def region_lines(root):
+def region_lines(root, hidden_tests=True):
     """({normalised solution line: its first region}, {normalised line of code outside
     every region}). "Outside" is any code file the release ships (tests, tools, the
-    engine) less the regions: what the students see anyway is no leak."""
+    engine) less the regions: what the students see anyway is no leak. With
+    `hidden_tests`, every line of tests/hidden/ counts as inside too (a release
+    without them must not quote them)."""
     inside, outside = {}, set()
     for name in tracked_files(root):
+        if hidden_tests and is_hidden_source(name) and name.endswith(CODE_SUFFIXES):
+            text = (root / name).read_text(encoding="utf-8", errors="replace")
+            for line in text.splitlines():
+                inside.setdefault(normalise(line), HiddenTestLabel(name))
+            continue
         if not name.endswith(CODE_SUFFIXES) or instructor_only(name):
             continue
         text = (root / name).read_bytes().decode("utf-8", errors="surrogateescape")
@@ -239,9 +312,10 @@ def region_lines(root):
     return inside, outside
 
 
-def distinctive_lines(root):
-    """{normalised line: region} for the lines whose presence anywhere is a leak."""
-    inside, outside = region_lines(root)
+def distinctive_lines(root, hidden_tests=True):
+    """{normalised line: region or hidden test} for the lines whose presence anywhere
+    is a leak."""
+    inside, outside = region_lines(root, hidden_tests)
     return {line: label for line, label in inside.items()
             if len(line) >= MIN_DISTINCTIVE_CHARS and not is_comment(line)
             and line not in outside}
@@ -279,13 +353,13 @@ def find_leaks(release, distinctive):
 # ---------------------------------------------------------------- commands
 
 
-def cut(root, out, build_dir, prebuilt, build=True):
+def cut(root, out, build_dir, prebuilt, build=True, with_hidden=False):
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"student_release: {out} is not empty; give a new folder")
     out.mkdir(parents=True, exist_ok=True)
-    count = copy_tree(root, out)
+    count = copy_tree(root, out, with_hidden)
     objects = write_prebuilt(build_dir, out, build) if prebuilt else 0
-    leaks = find_leaks(out, distinctive_lines(root))
+    leaks = find_leaks(out, distinctive_lines(root, hidden_tests=not with_hidden))
     for leak in leaks:
         print(f"leak: {leak}", file=sys.stderr)
     if leaks:
@@ -310,6 +384,9 @@ def main(argv=None):
                         help="archive the reference objects as they are built (make test)")
     parser.add_argument("--leak-check", type=pathlib.Path, metavar="DIR",
                         help="only check the release in DIR for solution lines")
+    parser.add_argument("--with-hidden", action="store_true",
+                        help="keep the hidden tests and whole manifests (the autograder's "
+                             "tree, never the students')")
     parser.add_argument("--root", type=pathlib.Path, default=ROOT,
                         help="the instructor's tree (default: this one)")
     args = parser.parse_args(argv)
@@ -322,7 +399,7 @@ def main(argv=None):
     if not args.out:
         parser.error("give --out DIR (or --leak-check DIR)")
     return cut(args.root, args.out.resolve(), args.build_dir.resolve(), not args.no_prebuilt,
-               not args.no_build)
+               not args.no_build, args.with_hidden)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@
 namespace servelab::cli {
 namespace {
 
-struct Options {
+struct PrefixCacheBenchOptions {
     std::string trace = "data/traces/branching.jsonl";
     std::string prefix_cache = "radix";
     std::string policy = "lpm";
@@ -81,7 +81,7 @@ void print_tree(const std::vector<RadixCache::NodeView>& nodes, int64_t after_re
     }
 }
 
-void run(const Options& opts) {
+void run(const PrefixCacheBenchOptions& opts) {
     if (opts.tree_after > 0 && opts.prefix_cache != "radix") {
         throw Error("--tree-after draws the radix tree: it needs --prefix-cache radix");
     }
@@ -141,7 +141,7 @@ void run(const Options& opts) {
 }  // namespace
 
 void add_bench_prefix_cache_command(CLI::App& bench) {
-    auto opts = std::make_shared<Options>();
+    auto opts = std::make_shared<PrefixCacheBenchOptions>();
     CLI::App* cmd = bench.add_subcommand(
         "prefix-cache",
         "replay a trace through the scheduler and a prefix cache, without the model (Lab 11)");

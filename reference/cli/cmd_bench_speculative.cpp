@@ -44,7 +44,7 @@
 namespace servelab::cli {
 namespace {
 
-struct Options {
+struct SpeculativeBenchOptions {
     ModelOptions model;
     std::string prompts_file = "data/prompts/speculative.json";
     std::vector<std::string> workloads = {"repetitive", "open"};
@@ -76,8 +76,8 @@ struct Arm {
     std::vector<std::vector<TokenId>> outputs;  // of the last round
 };
 
-std::vector<std::vector<TokenId>> load_prompts(const Options& opts, const Model& model,
-                                               const std::string& workload) {
+std::vector<std::vector<TokenId>> load_prompts(const SpeculativeBenchOptions& opts,
+                                               const Model& model, const std::string& workload) {
     std::ifstream file(opts.prompts_file);
     if (!file) throw Error(fmt::format("bench speculative: cannot read {}", opts.prompts_file));
     nlohmann::json all;
@@ -106,7 +106,7 @@ std::vector<std::vector<TokenId>> load_prompts(const Options& opts, const Model&
 
 // Runs `prompts` through a fresh engine, `batch` at a time, and adds the
 // round's figures to `arm`.
-void run_arm(Arm& arm, const Options& opts, const Model& model, ModelRunner& runner,
+void run_arm(Arm& arm, const SpeculativeBenchOptions& opts, const Model& model, ModelRunner& runner,
              Drafter* drafter, const std::vector<std::vector<TokenId>>& prompts,
              int64_t num_blocks) {
     EngineConfig config;
@@ -210,7 +210,7 @@ nlohmann::json report_arm(const Arm& arm, const Arm& plain) {
     };
 }
 
-void run(const Options& opts) {
+void run(const SpeculativeBenchOptions& opts) {
     if (opts.ks.empty() || opts.drafters.empty() || opts.workloads.empty()) {
         throw Error("bench speculative: --k, --drafters and --workloads need at least one value");
     }
@@ -332,7 +332,7 @@ void run(const Options& opts) {
 }  // namespace
 
 void add_bench_speculative_command(CLI::App& bench) {
-    auto opts = std::make_shared<Options>();
+    auto opts = std::make_shared<SpeculativeBenchOptions>();
     CLI::App* cmd = bench.add_subcommand(
         "speculative", "speculative decoding against plain decoding, per drafter and K (Lab 6)");
     opts->model.add_to(*cmd);

@@ -26,7 +26,7 @@
 namespace servelab::cli {
 namespace {
 
-struct Options {
+struct ThroughputBenchOptions {
     ModelOptions model;
     CacheOptions cache;
     SpeculationOptions speculation;
@@ -174,7 +174,7 @@ void print_table(const nlohmann::json& config, const ServingMetrics& m) {
     std::printf("prefix-cache hits   %9.1f%% of prompt tokens\n", 100 * m.prefix_hit_rate);
 }
 
-void run(const Options& opts) {
+void run(const ThroughputBenchOptions& opts) {
     std::vector<TraceRequest> trace = load_trace(opts.trace);
     if (opts.limit > 0 && opts.limit < int64_t(trace.size())) trace.resize(size_t(opts.limit));
     for (TraceRequest& r : trace) {
@@ -258,7 +258,7 @@ void run(const Options& opts) {
 }  // namespace
 
 void add_bench_throughput_command(CLI::App& bench) {
-    auto opts = std::make_shared<Options>();
+    auto opts = std::make_shared<ThroughputBenchOptions>();
     CLI::App* cmd = bench.add_subcommand(
         "throughput", "replay a trace through the continuous-batching engine (Lab 5)");
     opts->model.add_to(*cmd);

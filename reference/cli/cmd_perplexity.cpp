@@ -28,7 +28,7 @@
 namespace servelab::cli {
 namespace {
 
-struct Options {
+struct PerplexityOptions {
     ModelOptions model;
     std::string text_path;
     int64_t context_tokens = 512;
@@ -72,7 +72,7 @@ nlohmann::json scores_json(const NllSum& nll) {
             {"mean_nll_nats", nll.mean_nats()}};
 }
 
-void run(const Options& opts) {
+void run(const PerplexityOptions& opts) {
     const std::string text = read_text(opts.text_path);
     const Model model = opts.model.load();
     std::optional<Model> reference;
@@ -155,7 +155,7 @@ void run(const Options& opts) {
 }  // namespace
 
 void add_perplexity_command(CLI::App& app) {
-    auto opts = std::make_shared<Options>();
+    auto opts = std::make_shared<PerplexityOptions>();
     CLI::App* cmd = app.add_subcommand(
         "perplexity", "perplexity of a model on a text, and its KL from a reference (Lab 10)");
     opts->model.add_to(*cmd);

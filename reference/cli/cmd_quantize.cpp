@@ -24,7 +24,7 @@ namespace {
 
 constexpr const char* kDefaultCalibrationText = "data/text/kjv_calibration.txt";
 
-struct Options {
+struct QuantizeCommandOptions {
     std::string model = kDefaultModelPath;
     std::string out;
     std::string method = "rtn";
@@ -39,7 +39,7 @@ struct Options {
 };
 
 // The storage type and the grid it implies ("fake": F16 values of any grid).
-void resolve_type(const Options& opts, QuantizeOptions& q) {
+void resolve_type(const QuantizeCommandOptions& opts, QuantizeOptions& q) {
     if (opts.type == "fake") {
         q.output_type = GgmlType::kF16;
         q.scheme.bits = opts.bits.value_or(3);
@@ -68,7 +68,7 @@ void resolve_type(const Options& opts, QuantizeOptions& q) {
     q.scheme.group_size = opts.group_size;
 }
 
-nlohmann::json report_json(const Options& opts, const QuantizeReport& r) {
+nlohmann::json report_json(const QuantizeCommandOptions& opts, const QuantizeReport& r) {
     double rtn = 0.0;
     double method = 0.0;
     for (const LayerError& e : r.errors) {
@@ -104,7 +104,7 @@ nlohmann::json report_json(const Options& opts, const QuantizeReport& r) {
 }  // namespace
 
 void add_quantize_command(CLI::App& app) {
-    auto opts = std::make_shared<Options>();
+    auto opts = std::make_shared<QuantizeCommandOptions>();
     CLI::App* cmd = app.add_subcommand(
         "quantize", "write a quantized GGUF from a GGUF by RTN, AWQ or GPTQ (Lab 10)");
     cmd->add_option("-m,--model", opts->model, "source GGUF (its weights dequantized to fp32)")

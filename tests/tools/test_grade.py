@@ -730,14 +730,49 @@ class TestResultsFile(GraderTestCase):
         self.fake_cli("student", value=9.0)
         self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5}],
                             throughput=dict(THROUGHPUT, repetitions=1))
-        _, results, _, _ = self.grade()
-        self.assertEqual(set(results), {"score", "max_score", "tests", "leaderboard", "execution_time"})
+        _, results, stdout, _ = self.grade()
+        self.assertEqual(set(results), {"score", "max_score", "output", "tests", "leaderboard",
+                                        "execution_time"})
         for test in results["tests"]:
             self.assertEqual(set(test), {"name", "score", "max_score", "status", "output", "visibility"})
             self.assertIn(test["status"], ("passed", "failed"))
             self.assertEqual(test["visibility"], "visible")
         self.assertEqual((results["score"], results["max_score"]), (12.5, 15))
         self.assertIsInstance(results["execution_time"], int)
+        # The top-level output is the scorecard's last line.
+        self.assertEqual(results["output"], stdout.splitlines()[-1])
+        self.assertEqual(results["output"], "lab 01: 12.5/15 points")
+
+    def test_a_hidden_group_is_graded_with_gradescopes_visibility(self):
+        self.fake_tests({"Norm.A": "pass", "HiddenNorm.A": "fail", "Late.A": "pass"})
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5},
+                             {"name": "Hidden", "filter": "HiddenNorm.*", "points": 3,
+                              "visibility": "hidden"},
+                             {"name": "Late", "filter": "Late.*", "points": 2,
+                              "visibility": "after_due_date"}])
+        code, results, _, _ = self.grade()
+        self.assertEqual(code, 0)
+        self.assertEqual([(t["name"], t["visibility"], t["score"]) for t in results["tests"]],
+                         [("Norm", "visible", 5), ("Hidden", "hidden", 0),
+                          ("Late", "after_due_date", 2)])
+
+    def test_an_unknown_visibility_is_refused(self):
+        self.fake_tests({"Norm.A": "pass"})
+        self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5,
+                              "visibility": "secret"}])
+        code, results, _, stderr = self.grade()
+        self.assertEqual(code, 2)
+        self.assertIn("groups[0].visibility must be one of visible, hidden", stderr)
+
+    def test_a_release_manifest_names_the_hidden_points_it_left_out(self):
+        self.fake_tests({"Norm.A": "pass"})
+        manifest = {"lab": 1, "name": "fake", "hidden_points": 10,
+                    "groups": [{"name": "Norm", "filter": "Norm.*", "points": 90}]}
+        self.manifest.write_text(json.dumps(manifest))
+        _, results, stdout, _ = self.grade()
+        self.assertEqual(results["max_score"], 90)
+        self.assertEqual(stdout.splitlines()[-1], "lab 01: 90/90 points; the course's autograder "
+                                                  "also runs hidden tests worth 10 points")
 
     def test_written_when_the_grader_breaks(self):
         self.fake_tests({"Norm.A": "pass"})

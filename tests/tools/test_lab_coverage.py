@@ -16,6 +16,13 @@ untouched skeleton, so as a group they would give points for nothing, and
 the skeleton must score 0). Each entry needs a reason, must match some test,
 and must not match a graded one.
 
+Hidden tests (docs/teaching.md) keep to their own rooms, so that the student
+release can drop them whole: every lab's CPU manifest has a hidden group
+("visibility" other than "visible"); a hidden group grades only tests of
+tests/hidden/ files, whose suites are named Hidden*, and a visible group
+grades none of them (else the release, which leaves tests/hidden/ out,
+would empty a visible group, or ship a hidden test's name).
+
 Reads the sources, so it needs no build (the test names are read with a
 regular expression; a parameterized TEST_P in a lab's sources is refused,
 since its full names exist only in the binary). Standard library only.
@@ -40,10 +47,15 @@ def manifests():
     return sorted(REPO_ROOT.glob("labs/lab[0-9][0-9]_*/manifest*.json"))
 
 
-def test_names(manifest, data):
-    """'Suite.Test' of every test in the manifest's test sources; AssertionError when unreadable."""
+def is_hidden_source(source):
+    return source.startswith("tests/hidden/")
+
+
+def test_names(manifest, data, sources=None):
+    """'Suite.Test' of every test in the manifest's test sources (or in `sources`, some
+    of them); AssertionError when unreadable."""
     names = []
-    for source in data.get("test_sources", []):
+    for source in data.get("test_sources", []) if sources is None else sources:
         text = (REPO_ROOT / source).read_text(encoding="utf-8")
         if PARAMETERIZED.search(text):
             raise AssertionError(f"{manifest}: {source} has a parameterized test, whose names "
@@ -80,6 +92,31 @@ def coverage_problems(manifest, data):
     return problems
 
 
+def hidden_problems(manifest, data):
+    """One line per breach of the hidden tests' rooms (the module's docstring)."""
+    where = manifest.relative_to(REPO_ROOT)
+    sources = data.get("test_sources", [])
+    hidden_names = test_names(where, data, [s for s in sources if is_hidden_source(s)])
+    visible_names = test_names(where, data, [s for s in sources if not is_hidden_source(s)])
+    problems = [f"{where}: {name} is in tests/hidden/ but its suite is not named Hidden*"
+                for name in hidden_names if not name.startswith("Hidden")]
+    problems += [f"{where}: {name} is a public test whose suite is named Hidden*"
+                 for name in visible_names if name.startswith("Hidden")]
+    hidden_groups = [g for g in data["groups"] if g.get("visibility", "visible") != "visible"]
+    if data.get("track", "cpu") == "cpu" and not hidden_groups:
+        problems.append(f"{where}: no hidden group: give the lab hidden tests (docs/teaching.md)")
+    for group in data["groups"]:
+        hidden = group in hidden_groups
+        wrong_room = visible_names if hidden else hidden_names
+        strays = [name for name in wrong_room if matches_filter(name, group["filter"])]
+        if strays:
+            kind = "hidden" if hidden else "visible"
+            problems.append(f"{where}: the {kind} group {group['name'][:40]!r} grades "
+                            f"{', '.join(strays)}, which {'is' if len(strays) == 1 else 'are'} "
+                            f"not in {'tests/hidden/' if hidden else 'a public test file'}")
+    return problems
+
+
 class EveryBuiltTestIsGraded(unittest.TestCase):
 
     def test_every_lab(self):
@@ -90,6 +127,12 @@ class EveryBuiltTestIsGraded(unittest.TestCase):
             data = json.loads(manifest.read_text(encoding="utf-8"))
             self.assertTrue(data.get("test_sources"), f"{manifest}: no test_sources")
             problems += coverage_problems(manifest, data)
+        self.assertEqual(problems, [], "\n" + "\n".join(problems))
+
+    def test_hidden_tests_keep_to_their_rooms(self):
+        problems = []
+        for manifest in manifests():
+            problems += hidden_problems(manifest, json.loads(manifest.read_text(encoding="utf-8")))
         self.assertEqual(problems, [], "\n" + "\n".join(problems))
 
 
@@ -114,6 +157,16 @@ class TheCheckCatches(unittest.TestCase):
         self.assertIn("gives no 'why'", problems)
         self.assertIn("matches graded test(s) RadixCache.", problems)
         self.assertIn("'Nothing.*' matches no test", problems)
+
+    def test_a_lab_without_hidden_tests(self):
+        self.data["groups"] = [dict(g, visibility="visible") for g in self.data["groups"]]
+        problems = "\n".join(hidden_problems(self.manifest, self.data))
+        self.assertIn("lab11_radix_attention/manifest.json: no hidden group", problems)
+
+    def test_a_visible_group_that_grades_a_hidden_test(self):
+        self.data["groups"].append({"name": "Everything", "filter": "*", "points": 1})
+        problems = "\n".join(hidden_problems(self.manifest, self.data))
+        self.assertIn("the visible group 'Everything' grades Hidden", problems)
 
 
 if __name__ == "__main__":

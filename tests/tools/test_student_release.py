@@ -14,6 +14,10 @@ Part of the lab framework (docs/teaching.md). Two runs:
           with no debug sections;
         - three distinctive solution lines of every lab occur nowhere in it
           (a plain substring search, independent of the leak check's rules);
+        - the hidden tests are left out: no tests/hidden/ file, no hidden
+          group or source in a manifest (whose "hidden_points" add up what
+          was left out), no hidden suite's name anywhere, and a pasted line
+          of a hidden test fails the leak check;
         - the leak check passes on it, and fails, naming the file and the
           region, once one solution line is pasted into a handout;
         - CMake configures it, taking the prebuilt objects.
@@ -30,6 +34,7 @@ import filecmp
 import importlib.util
 import json
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -119,6 +124,8 @@ def check_distinctive_lines_absent(release):
     by_lab = {}
     for line, label in sorted(student_release.distinctive_lines(REPO).items(),
                               key=lambda item: -len(item[0])):
+        if not isinstance(label, student_release.RegionLabel):
+            continue  # a hidden test's line: check_hidden_tests_left_out
         by_lab.setdefault(label.lab, [])
         if len(by_lab[label.lab]) < 3:
             by_lab[label.lab].append(line)
@@ -135,9 +142,51 @@ def check_distinctive_lines_absent(release):
     print(f"  3 solution lines of each of {len(by_lab)} labs are nowhere in it: ok")
 
 
-def check_pasted_line_fails(release):
+def hidden_suites():
+    """The suite names of tests/hidden/'s tests."""
+    names = set()
+    for path in sorted((REPO / "tests" / "hidden").glob("*.cpp")):
+        names.update(re.findall(r"^\s*TEST(?:_F)?\(\s*(\w+)\s*,", path.read_text(), re.MULTILINE))
+    return names
+
+
+def check_hidden_tests_left_out(release):
+    files = release_files(release)
+    if any(f.startswith("tests/hidden/") for f in files):
+        fail("tests/hidden/ is in the release")
+    for manifest in sorted(REPO.glob("labs/lab[0-9][0-9]_*/manifest*.json")):
+        where = manifest.relative_to(REPO).as_posix()
+        instructors = json.loads(manifest.read_text())
+        students = json.loads((release / where).read_text())
+        hidden = [g for g in instructors["groups"] if g.get("visibility", "visible") != "visible"]
+        if not hidden:
+            continue
+        if [g["name"] for g in students["groups"]] != [g["name"] for g in instructors["groups"]
+                                                       if g not in hidden]:
+            fail(f"{where} in the release does not keep exactly the visible groups")
+        if any(s.startswith("tests/hidden/") for s in students["test_sources"]):
+            fail(f"{where} in the release still names a hidden test source")
+        if students.get("hidden_points") != sum(g["points"] for g in hidden):
+            fail(f"{where}: hidden_points {students.get('hidden_points')} is not the "
+                 f"{sum(g['points'] for g in hidden)} points left out")
+    suites = hidden_suites()
+    texts = {name: (release / name).read_bytes() for name in files}
+    for suite in sorted(suites):
+        found = [name for name, data in texts.items() if suite.encode() in data]
+        if found:
+            fail(f"the hidden suite {suite} is named in the release: {found[:3]}")
     distinctive = student_release.distinctive_lines(REPO)
-    line, label = sorted(distinctive.items())[0]
+    hidden_lines = sorted(line for line, label in distinctive.items()
+                          if isinstance(label, student_release.HiddenTestLabel))
+    if not hidden_lines:
+        fail("the leak check knows no line of the hidden tests")
+    line = max(hidden_lines, key=len)
+    paste_and_check(release, line, distinctive[line])
+    print(f"  hidden tests left out ({len(suites)} suites), manifests without them: ok")
+
+
+def paste_and_check(release, line, label):
+    """Pastes `line` into a handout: the leak check must fail, naming the file and `label`."""
     handout = release / "labs" / "README.md"
     original = handout.read_text()
     handout.write_text(original + f"\n```cpp\n    {line}\n```\n")
@@ -151,8 +200,14 @@ def check_pasted_line_fails(release):
              "labs/README.md")
     if "labs/README.md" not in done.stdout or str(label) not in done.stdout:
         fail(f"the leak check's report does not name the file and the region: {done.stdout!r}")
-    print(f"  a pasted solution line fails the leak check, naming labs/README.md and "
-          f"{label}: ok")
+    print(f"  a pasted line fails the leak check, naming labs/README.md and {label}: ok")
+
+
+def check_pasted_line_fails(release):
+    distinctive = student_release.distinctive_lines(REPO)
+    line, label = sorted((line, label) for line, label in distinctive.items()
+                         if isinstance(label, student_release.RegionLabel))[0]
+    paste_and_check(release, line, label)
 
 
 def check_configures(release):
@@ -250,6 +305,7 @@ def main():
         check_archive(first, args.build_dir.resolve())
         check_distinctive_lines_absent(first)
         check_pasted_line_fails(first)
+        check_hidden_tests_left_out(first)
         check_configures(first)
     print("PASS")
 

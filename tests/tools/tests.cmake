@@ -1,9 +1,11 @@
-# tests/tools/tests.cmake — tests of the lab skeleton generator (tools/make_skeletons.py)
-# and of the student release cut from it (tools/student_release.py).
+# tests/tools/tests.cmake — tests of the lab skeleton generator (tools/make_skeletons.py),
+# of the student release cut from it (tools/student_release.py) and of the course's
+# Gradescope autograder (tools/autograder/).
 #
 # Part of the lab framework (all labs; docs/teaching.md). Included from the top
 # CMakeLists.txt. They need only the Python standard library, git, ar and
-# strip; the proof builds a whole release.
+# strip (the autograder's tests: .venv's Python, for jsonschema); the proofs
+# build a whole release.
 #
 # Tests registered (label "labs"), in the instructor's tree only (a student
 # release has neither tool):
@@ -19,6 +21,15 @@
 #   student_release_proof     (label "slow") that release built from scratch:
 #                             make run chats, every lab's skeleton grades 0 and
 #                             the instructor's solutions copied in grade 100
+#   autograder_lab05          Lab 5's Gradescope autograder zip (tools/autograder/),
+#                             unpacked in a scratch /autograder: run_autograder places
+#                             the skeleton, the reference and a planted bug (on this
+#                             build's binaries of them) and a failing build; each
+#                             results.json meets Gradescope's schema (jsonschema, in
+#                             .venv) with the right scores
+#   autograder_lab05_proof    (label "slow") the same zip's setup.sh builds the lab,
+#                             and run_autograder compiles and grades each submission,
+#                             a file that does not compile too
 
 find_package(Python3 COMPONENTS Interpreter)
 if(SERVELAB_STUDENT_RELEASE)
@@ -42,6 +53,18 @@ elseif(Python3_Interpreter_FOUND)
             --build-dir ${CMAKE_BINARY_DIR} --proof)
   set_tests_properties(student_release_proof PROPERTIES
     LABELS "labs;slow" TIMEOUT 5400 RUN_SERIAL TRUE ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+  if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")  # .venv: jsonschema
+    add_test(NAME autograder_lab05
+      COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/tools/test_autograder.py
+              --build-dir ${CMAKE_BINARY_DIR})
+    set_tests_properties(autograder_lab05 PROPERTIES
+      LABELS "labs" TIMEOUT 300 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+    add_test(NAME autograder_lab05_proof
+      COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/tools/test_autograder.py
+              --build-dir ${CMAKE_BINARY_DIR} --proof)
+    set_tests_properties(autograder_lab05_proof PROPERTIES
+      LABELS "labs;slow" TIMEOUT 3600 RUN_SERIAL TRUE ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+  endif()
 else()
   message(STATUS "servelab: no Python 3 interpreter; skipping the lab skeleton tests")
 endif()
