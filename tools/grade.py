@@ -1272,7 +1272,29 @@ def build(build_dir, lab):
     status = "timed out" if run.timed_out else describe_exit(run.returncode)
     return compilation_entry(lab.max_score,
                              f"build failed ({status}); last lines of the build output:\n"
-                             f"{tail(run.stdout, BUILD_LOG_LINES)}")
+                             f"{build_log_excerpt(run.stdout)}")
+
+
+COMMAND_LINE_CHARS = 300  # a build output line longer than this, with " -c ", echoes a command
+
+
+def build_log_excerpt(output):
+    """The build output's last lines as a student needs them: the compiler's
+    messages, not the commands the build tool echoes before them (one such line
+    is longer than a whole entry may be), and the end kept when it is too long,
+    since the errors come last."""
+    lines = []
+    for line in output.splitlines():
+        if not line.strip():
+            continue
+        if len(line) > COMMAND_LINE_CHARS and " -c " in line:
+            line = "(the compile command)"
+        lines.append(line)
+    text = "\n".join(lines[-BUILD_LOG_LINES:])
+    room = OUTPUT_LIMIT - 150  # the entry's first line and the truncation note
+    if len(text) > room:
+        text = "... (earlier lines left out)\n" + text[-room:].split("\n", 1)[-1]
+    return text
 
 
 # --------------------------------------------------------------------------- main

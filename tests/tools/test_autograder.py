@@ -240,7 +240,8 @@ def check_compile_error(root):
     broken += b"\nthis is not C++;\n"
     results = run_autograder(root, {"scheduler.cpp": broken}, ["--skip-throughput"])
     tests = results["tests"]
-    if results["score"] != 0 or tests[0]["name"] != "compilation" or "error" not in tests[0]["output"]:
+    if results["score"] != 0 or tests[0]["name"] != "compilation" \
+            or "scheduler.cpp" not in tests[0]["output"] or "error:" not in tests[0]["output"]:
         fail(f"a file that does not compile: {json.dumps(results)[:1500]}")
     print("  a file that does not compile: 0, with the compiler's error: ok")
 

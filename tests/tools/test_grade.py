@@ -384,6 +384,29 @@ class TestCrashesAndTimeouts(GraderTestCase):
         self.assertIn("build failed", results["tests"][0]["output"])
 
 
+class TestBuildLogExcerpt(unittest.TestCase):
+    """A failed build's entry shows the compiler's error, however long the commands are."""
+
+    def test_the_error_survives_a_long_echoed_command(self):
+        command = "/usr/bin/c++ " + "-I/some/include/path " * 100 + "-c student/scheduler.cpp"
+        output = "\n".join(["[1/4] Building CXX object scheduler.cpp.o",
+                            "FAILED: scheduler.cpp.o", command,
+                            "scheduler.cpp:12:5: error: 'foo' was not declared in this scope",
+                            "ninja: build stopped: subcommand failed."])
+        excerpt = grade.build_log_excerpt(output)
+        self.assertIn("error: 'foo' was not declared", excerpt)
+        self.assertIn("(the compile command)", excerpt)
+        self.assertNotIn("-I/some/include/path", excerpt)
+
+    def test_a_long_log_keeps_its_end(self):
+        output = "\n".join(f"note: line {i} " + "x" * 80 for i in range(200))
+        output += "\nlast.cpp:1:1: error: the last error"
+        excerpt = grade.build_log_excerpt(output)
+        entry = grade.Entry("compilation", 0, 10, "build failed; last lines:\n" + excerpt)
+        self.assertIn("error: the last error", entry.to_json()["output"])
+        self.assertTrue(excerpt.startswith("... (earlier lines left out)"))
+
+
 class TestThroughput(GraderTestCase):
 
     def setUp(self):
