@@ -1,5 +1,5 @@
-// hidden_lab08_gemv_test.cpp — Lab 8 (kernels; issue 11, decode is
-// memory-bound): the instructor's hidden tests of the GEMV steps.
+// hidden_lab08_gemv_test.cpp — Lab 8 (kernels: decode is memory-bound,
+// the roofline): the instructor's hidden tests of the GEMV steps.
 //
 // These are the course autograder's hidden tests: they are left out of the
 // student release, so never quote them in handouts. They check the contracts
@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "../unit/quant_test_util.h"
 #include "../unit/test_util.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/gemv_steps.h"
@@ -38,29 +39,7 @@ const Step kSteps[] = {{"step 1 (unrolled)", gemv_step1_unrolled},
                        {"step 3 (SIMD)", gemv_step3_simd},
                        {"step 4 (blocked)", gemv_step4_blocked}};
 
-struct Q4_1Matrix {
-    std::vector<uint8_t> bytes;
-    QuantMatrix view;
-};
-
-// Random codes; d and m of either sign in ±[0.002, 0.2], stored as fp16.
-Q4_1Matrix random_matrix(test::RandomSource& random, int64_t rows, int64_t cols) {
-    Q4_1Matrix w;
-    const int64_t row_bytes = row_size_bytes(GgmlType::kQ4_1, cols);
-    w.bytes.resize(size_t(rows * row_bytes));
-    for (uint8_t& b : w.bytes) b = uint8_t(random.integer(0, 255));
-    auto scale = [&] {
-        const float magnitude = float(random.integer(1, 100)) * 2e-3f;
-        return random.integer(0, 1) ? magnitude : -magnitude;
-    };
-    for (size_t b = 0; b < w.bytes.size(); b += 20) {
-        const uint16_t d = float_to_fp16(scale()), m = float_to_fp16(scale());
-        w.bytes[b] = uint8_t(d & 0xFF), w.bytes[b + 1] = uint8_t(d >> 8);
-        w.bytes[b + 2] = uint8_t(m & 0xFF), w.bytes[b + 3] = uint8_t(m >> 8);
-    }
-    w.view = {GgmlType::kQ4_1, w.bytes.data(), rows, cols, row_bytes};
-    return w;
-}
+using test::RandomQ4_1;
 
 float fp16_at(const uint8_t* p) {
     return fp16_to_float(uint16_t(p[0] | p[1] << 8));
@@ -117,7 +96,7 @@ std::string check_rows(const std::vector<float>& y, const Expected& e) {
 // Runs `step` on a random rows x cols matrix, y poisoned with NaN; returns
 // the failure (empty when y is right).
 std::string run_once(const Step& step, test::RandomSource& random, int64_t rows, int64_t cols) {
-    const Q4_1Matrix w = random_matrix(random, rows, cols);
+    const RandomQ4_1 w = test::random_q4_1(random, rows, cols, 2e-3f);
     const std::vector<float> x = random.normal(size_t(cols));
     std::vector<float> y(size_t(rows), std::numeric_limits<float>::quiet_NaN());
     step.run(x.data(), w.view, y.data());
@@ -163,7 +142,7 @@ TEST(HiddenLab08Gemv, OneHotActivationsReadEachWeightOfABlock) {
     SCOPED_TRACE(random.trace());
     const ThreadCount threads(1);
     const int64_t rows = 6, cols = 64;
-    const Q4_1Matrix w = random_matrix(random, rows, cols);
+    const RandomQ4_1 w = test::random_q4_1(random, rows, cols, 2e-3f);
     for (const Step& step : kSteps) {
         for (int64_t c = 0; c < cols; ++c) {
             std::vector<float> x(size_t(cols), 0.0f);
@@ -206,7 +185,7 @@ TEST(HiddenLab08Gemv, EachCallOverwritesYInsteadOfAddingToIt) {
     SCOPED_TRACE(random.trace());
     const ThreadCount threads(3);
     const int64_t rows = 11, cols = 288;
-    const Q4_1Matrix w = random_matrix(random, rows, cols);
+    const RandomQ4_1 w = test::random_q4_1(random, rows, cols, 2e-3f);
     const std::vector<float> x = random.normal(size_t(cols));
     const Expected e = plain_gemv(w.view, x);
     for (const Step& step : kSteps) {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "../unit/softmax_oracle.h"
 #include "../unit/test_util.h"
 #include "kernels/cpu/attention_tiles.h"
 #include "kernels/cpu/flash_attention.h"
@@ -33,25 +34,8 @@ using test::RandomSource;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// A softmax over some scores in double: max, Σ exp(s − max), Σ exp(s − max)·v.
-struct Exact {
-    double max = -INFINITY, sum = 0;
-    std::vector<double> out;
-};
-
-Exact exact_softmax(const std::vector<float>& scores, const std::vector<float>& values,
-                    int64_t head_dim) {
-    Exact e;
-    e.out.assign(size_t(head_dim), 0.0);
-    for (float s : scores) e.max = std::max(e.max, double(s));
-    for (size_t j = 0; j < scores.size(); ++j) {
-        if (scores[j] == -kInf) continue;
-        const double p = std::exp(double(scores[j]) - e.max);
-        e.sum += p;
-        for (int64_t d = 0; d < head_dim; ++d) e.out[size_t(d)] += p * values[j * head_dim + d];
-    }
-    return e;
-}
+using Exact = test::ExactSoftmax;
+using test::exact_softmax;
 
 // Whether (max, sum, out) is the exact state `e` (the same max: out and sum
 // are taken against it, so they are compared unnormalized).

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "../unit/radix_test_util.h"
 #include "../unit/test_util.h"
 #include "reference/common/error.h"
 #include "reference/kv/block_allocator.h"
@@ -30,34 +31,14 @@ using test::RandomSource;
 
 constexpr int64_t kBlock = 3;  // tokens per block: not the public tests' 4
 
-struct Seq {
-    std::vector<TokenId> tokens;
-    std::vector<BlockId> blocks;
-    PrefixNode node = kNoPrefixNode;
-};
+using test::finish;
+using test::Sequence;
 
-// Runs a prompt as the block manager does: match, compute the rest of its
-// full blocks, insert them.
-Seq run_prompt(RadixCache& cache, BlockAllocator& allocator, const std::vector<TokenId>& tokens) {
-    Seq seq{tokens, {}, kNoPrefixNode};
-    const int64_t full = int64_t(tokens.size()) / kBlock;
-    const PrefixMatch hit = cache.match(tokens, full);
-    for (BlockId block : hit.blocks) allocator.retain(block);
-    seq.blocks = hit.blocks;
-    seq.node = hit.node;
-    while (int64_t(seq.blocks.size()) < full) {
-        while (allocator.num_free() == 0 && cache.evict_one()) {
-        }
-        seq.blocks.push_back(allocator.allocate());
-    }
-    seq.node = cache.insert(tokens, seq.blocks, seq.node);
-    return seq;
-}
-
-void finish(RadixCache& cache, BlockAllocator& allocator, Seq& seq) {
-    cache.release(seq.node, seq.blocks);
-    for (BlockId block : seq.blocks) allocator.release(block);
-    seq = {};
+// Runs a prompt as the block manager does (match, compute the rest of its
+// full blocks, insert them), with this file's block size.
+Sequence run_prompt(RadixCache& cache, BlockAllocator& allocator,
+                    const std::vector<TokenId>& tokens) {
+    return test::run_prompt(cache, allocator, tokens, kBlock);
 }
 
 // The invariants, with the step named in the failure.
@@ -93,7 +74,7 @@ void expect_match_parts_at_every_token(RandomSource& rng, bool running) {
     BlockAllocator allocator(64);
     RadixCache cache(allocator, kBlock);
     const std::vector<TokenId> cached = random_tokens(rng, 7 * kBlock + 2);
-    Seq a = run_prompt(cache, allocator, cached);
+    Sequence a = run_prompt(cache, allocator, cached);
     const std::vector<BlockId> a_blocks = a.blocks;
     if (!running) finish(cache, allocator, a);
     const int64_t unlocked = running ? 0 : 7;
@@ -151,7 +132,7 @@ TEST(HiddenLab11Radix, EveryPromptMatchesItsLongestCachedPrefixAfterEachInsert) 
                 prompt.begin(), base.begin(),
                 base.begin() + rng.integer(0, std::min<int64_t>(int64_t(base.size()), 4 * kBlock)));
         }
-        Seq seq = run_prompt(cache, allocator, prompt);
+        Sequence seq = run_prompt(cache, allocator, prompt);
         finish(cache, allocator, seq);
         prompts.push_back(prompt);
         expect_invariants(cache, "prompt " + std::to_string(i));
@@ -198,7 +179,7 @@ TEST(HiddenLab11Radix, EveryEvictionOfADrainTakesTheOldestUnlockedLeafsLastBlock
         const std::vector<TokenId> tail = random_tokens(rng, rng.integer(1, 4) * kBlock);
         p.insert(p.end(), tail.begin(), tail.end());
         prompts.push_back(p);
-        Seq seq = run_prompt(cache, allocator, p);
+        Sequence seq = run_prompt(cache, allocator, p);
         finish(cache, allocator, seq);
     }
     for (int i = 0; i < 6; ++i)  // touch some paths again, in random order
@@ -206,7 +187,7 @@ TEST(HiddenLab11Radix, EveryEvictionOfADrainTakesTheOldestUnlockedLeafsLastBlock
     // A request admitted on a cached prompt, before its forward pass: match only.
     const std::vector<TokenId>& admitted = prompts[size_t(rng.integer(0, 9))];
     const PrefixMatch hit = cache.match(admitted, int64_t(admitted.size()) / kBlock);
-    Seq held{admitted, hit.blocks, hit.node};
+    Sequence held{admitted, hit.blocks, hit.node};
     for (BlockId block : held.blocks) allocator.retain(block);
     for (int step = 0;; ++step) {
         const BlockId want = expected_victim(cache);
@@ -245,7 +226,7 @@ TEST(HiddenLab11Radix, ALockMovesDownWithEachInsertAndAForkHoldsItToo) {
         RadixCache cache(allocator, kBlock);
         std::vector<TokenId> elsewhere = random_tokens(rng, 2 * kBlock);
         for (TokenId& t : elsewhere) t += 50;  // shares no block with the prompt below
-        Seq other = run_prompt(cache, allocator, elsewhere);
+        Sequence other = run_prompt(cache, allocator, elsewhere);
         finish(cache, allocator, other);  // 2 evictable blocks elsewhere
         const std::vector<TokenId> prompt = random_tokens(rng, 7 * kBlock);
         const PrefixMatch hit = cache.match(prompt, 7);
@@ -286,7 +267,7 @@ TEST(HiddenLab11Radix, ASecondCopyOfCachedContentStaysUncached) {
     longer.resize(4 * kBlock);
     const std::vector<TokenId> tail = random_tokens(rng, 2 * kBlock);
     longer.insert(longer.end(), tail.begin(), tail.end());
-    Seq first{prompt, {}, cache.match(prompt, 4).node},
+    Sequence first{prompt, {}, cache.match(prompt, 4).node},
         second{longer, {}, cache.match(longer, 6).node};
     for (int i = 0; i < 4; ++i) first.blocks.push_back(allocator.allocate());
     for (int i = 0; i < 6; ++i) second.blocks.push_back(allocator.allocate());
@@ -313,7 +294,7 @@ TEST(HiddenLab11Radix, ASecondCopyOfCachedContentStaysUncached) {
     // must split that node.
     std::vector<TokenId> parted(prompt.begin(), prompt.begin() + 3 * kBlock);
     parted.insert(parted.end(), 2 * kBlock, 55);
-    Seq third{parted, {}, cache.match(parted, 0).node};
+    Sequence third{parted, {}, cache.match(parted, 0).node};
     for (int i = 0; i < 5; ++i) third.blocks.push_back(allocator.allocate());
     third.node = cache.insert(parted, third.blocks, third.node);
     expect_invariants(cache, "an insert that parts inside a cached node");

@@ -23,6 +23,7 @@
 #include "kernels/cpu/online_softmax.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/paged_flash_attention.h"
+#include "tests/unit/softmax_oracle.h"
 #include "tests/unit/test_util.h"
 
 namespace servelab {
@@ -34,27 +35,8 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // ------------------------------------------------------------------ online softmax
 
-// One row's softmax of `scores` against `values` (num_scores × head_dim), in
-// double: the unnormalized output is Σ exp(s − max)·v and the sum Σ exp(s − max).
-struct Softmax {
-    double max = -INFINITY, sum = 0;
-    std::vector<double> out;
-};
-
-Softmax softmax_of(const std::vector<float>& scores, const std::vector<float>& values,
-                   int64_t head_dim) {
-    Softmax result;
-    result.out.assign(size_t(head_dim), 0.0);
-    for (float s : scores) result.max = std::max(result.max, double(s));
-    for (size_t j = 0; j < scores.size(); ++j) {
-        if (scores[j] == -kInf) continue;
-        const double p = std::exp(double(scores[j]) - result.max);
-        result.sum += p;
-        for (int64_t d = 0; d < head_dim; ++d)
-            result.out[size_t(d)] += p * values[j * size_t(head_dim) + size_t(d)];
-    }
-    return result;
-}
+using Softmax = test::ExactSoftmax;
+using test::exact_softmax;
 
 // Folds `scores` (and `values`) tile by tile through online_softmax_update,
 // adding each tile's weights × values as tile_accumulate would.
@@ -104,7 +86,7 @@ TEST(OnlineSoftmax, TileByTileEqualsTheSoftmaxOfAllScores) {
         const float spread = trial % 3 == 0 ? 8.0f : 1.0f;
         const std::vector<float> scores = rng.normal(size_t(num_keys), spread);
         const std::vector<float> values = rng.normal(size_t(num_keys * head_dim));
-        const Softmax want = softmax_of(scores, values, head_dim);
+        const Softmax want = exact_softmax(scores, values, head_dim);
         const RowState got = fold_tiles(scores, values, head_dim, tile);
         ASSERT_NEAR(got.max, want.max, 1e-6 * std::fabs(want.max))
             << "the running max must end as the largest score; " << rng.trace();
@@ -128,7 +110,7 @@ TEST(OnlineSoftmax, RescalesTheRunningOutputWhenTheMaxGrows) {
     for (int64_t j = 0; j < num_keys; ++j)
         scores[size_t(j)] = 0.05f * float(j) + 0.01f * rng.normal(1)[0];
     const std::vector<float> values = rng.normal(size_t(num_keys * head_dim));
-    const Softmax want = softmax_of(scores, values, head_dim);
+    const Softmax want = exact_softmax(scores, values, head_dim);
     const RowState got = fold_tiles(scores, values, head_dim, kKeyTile);
     ASSERT_NEAR(got.sum, want.sum, 1e-4 * want.sum)
         << "the sum must be rescaled by exp(m_old − m_new) when the max grows; " << rng.trace();
@@ -175,7 +157,7 @@ TEST(OnlineSoftmax, MaskedScoresWeighNothingInAPartlyMaskedTile) {
     std::vector<float> scores = rng.normal(size_t(kKeyTile), 2.0f);
     for (int64_t j = 5; j < kKeyTile; ++j) scores[size_t(j)] = -kInf;
     const std::vector<float> values = rng.normal(size_t(kKeyTile * head_dim));
-    const Softmax want = softmax_of(scores, values, head_dim);
+    const Softmax want = exact_softmax(scores, values, head_dim);
     const RowState got = fold_tiles(scores, values, head_dim, kKeyTile);
     EXPECT_NEAR(got.sum, want.sum, 1e-5 * want.sum) << "masked keys must add nothing to the sum";
     EXPECT_LT(normalized_error(got, want), 1e-5) << rng.trace();
@@ -207,7 +189,7 @@ TEST(OnlineSoftmaxMerge, PartialsOfKeyRangesMergeToTheWholeSoftmax) {
             merge_softmax_partial(merged.max, merged.sum, merged.out.data(), p.max, p.sum,
                                   p.out.data(), head_dim);
         }
-        const Softmax want = softmax_of(scores, values, head_dim);
+        const Softmax want = exact_softmax(scores, values, head_dim);
         ASSERT_LT(normalized_error(merged, want), 1e-4)
             << num_ranges << " ranges: "
             << "each partial's sum and output were taken against its own max; both sides must "
@@ -304,7 +286,7 @@ std::vector<float> plain_attention(const Problem& p) {
             scores[size_t(j)] = float(dot);
             values.insert(values.end(), v, v + p.head_dim);
         }
-        const Softmax s = softmax_of(scores, values, p.head_dim);
+        const Softmax s = exact_softmax(scores, values, p.head_dim);
         for (int64_t d = 0; d < p.head_dim; ++d) {
             out[size_t(r * p.head_dim + d)] = float(s.out[size_t(d)] / s.sum);
         }

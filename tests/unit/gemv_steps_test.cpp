@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/cpu/dequantize.h"
+#include "tests/unit/quant_test_util.h"
 #include "tests/unit/test_util.h"
 
 namespace servelab {
@@ -23,29 +24,8 @@ namespace {
 
 using GemvStep = void (*)(const float*, const QuantMatrix&, float*);
 
-struct RandomQ4_1 {
-    std::vector<uint8_t> bytes;
-    QuantMatrix view;
-};
-
-// Random codes, and d, m drawn from ±[0.001, 0.1] (both signs), stored as fp16.
-RandomQ4_1 random_q4_1(test::RandomSource& random, int64_t rows, int64_t cols) {
-    RandomQ4_1 w;
-    const int64_t row_bytes = row_size_bytes(GgmlType::kQ4_1, cols);
-    w.bytes.resize(size_t(rows * row_bytes));
-    for (uint8_t& b : w.bytes) b = uint8_t(random.integer(0, 255));
-    auto scale = [&] {
-        const float magnitude = float(random.integer(1, 100)) * 1e-3f;
-        return random.integer(0, 1) ? magnitude : -magnitude;
-    };
-    for (size_t b = 0; b < w.bytes.size(); b += 20) {
-        const uint16_t d = float_to_fp16(scale()), m = float_to_fp16(scale());
-        w.bytes[b] = uint8_t(d & 0xFF), w.bytes[b + 1] = uint8_t(d >> 8);
-        w.bytes[b + 2] = uint8_t(m & 0xFF), w.bytes[b + 3] = uint8_t(m >> 8);
-    }
-    w.view = {GgmlType::kQ4_1, w.bytes.data(), rows, cols, row_bytes};
-    return w;
-}
+using test::random_q4_1;
+using test::RandomQ4_1;
 
 // Σ_c |w_rc · x_c| for each row: the scale of that row's rounding error.
 std::vector<double> magnitudes(const QuantMatrix& w, const std::vector<float>& x) {
@@ -150,7 +130,7 @@ void expect_matches_plain(GemvStep step, const std::vector<int64_t>& row_counts,
     for (int64_t rows : row_counts) {
         for (int64_t cols : col_counts) {
             SCOPED_TRACE("rows " + std::to_string(rows) + ", cols " + std::to_string(cols));
-            const RandomQ4_1 w = random_q4_1(random, rows, cols);
+            const RandomQ4_1 w = random_q4_1(random, rows, cols, 1e-3f);
             const std::vector<float> x = random.normal(size_t(cols));
             std::vector<float> expected(static_cast<size_t>(rows));
             quant_matmul_plain(x.data(), w.view, expected.data(), 1);
@@ -185,7 +165,7 @@ void expect_stays_inside_its_arrays(GemvStep step, int threads) {
     const int saved = omp_get_max_threads();
     omp_set_num_threads(threads);
     const int64_t rows = 7, cols = 64;
-    const RandomQ4_1 w = random_q4_1(random, rows, cols);
+    const RandomQ4_1 w = random_q4_1(random, rows, cols, 1e-3f);
     test::GuardedArray<uint8_t> bytes(w.bytes);
     const QuantMatrix view{GgmlType::kQ4_1, bytes.data(), rows, cols, w.view.row_bytes};
     test::GuardedArray<float> x(random.normal(size_t(cols))), y(static_cast<size_t>(rows));

@@ -28,10 +28,12 @@ struct Sequence {
 
 // Runs `tokens` through the cache as a sequence would: takes the cached
 // prefix, computes (allocates) the rest of its full blocks, names them.
+// `block_size` is the cache's tokens per block.
 inline Sequence run_prompt(RadixCache& cache, BlockAllocator& allocator,
-                           const std::vector<TokenId>& tokens) {
+                           const std::vector<TokenId>& tokens,
+                           int64_t block_size = kRadixBlock) {
     Sequence seq{tokens, {}, kNoPrefixNode};
-    const int64_t full = int64_t(tokens.size()) / kRadixBlock;
+    const int64_t full = int64_t(tokens.size()) / block_size;
     PrefixMatch hit = cache.match(tokens, full);
     for (BlockId block : hit.blocks) allocator.retain(block);
     seq.blocks = hit.blocks;
