@@ -2,14 +2,23 @@
 //
 // Lab 5 (chapter 11.5, continuous batching). Every front end — the CLI's
 // generate, chat and bench commands, `bench throughput`, later the HTTP
-// server — runs requests through this class. One step is one iteration:
-//   Scheduler::schedule   which requests compute which tokens (prefill
-//                         chunks and decode tokens, under a token budget)
-//   ModelRunner::forward_batch   one pass over all of them
-//   per request: commit the computed tokens; a request whose tokens are all
-//                computed samples its next one, streams it, and may finish
-//                (its blocks go back at once; a waiting request can take
-//                its place at the next step).
+// server — runs requests through this class. One step is one iteration,
+// five moves (Engine::step):
+//   drafts    speculating requests propose their drafts (below; Lab 6)
+//   schedule  Scheduler::schedule: which requests compute which tokens
+//             (prefill chunks, decode tokens and draft slots, under a token
+//             budget)
+//   batch     the chunks (and the drafts) become the step runner's batch,
+//             with the samples and verifications it must draw
+//   run       StepRunner::run_step: one forward pass over all of them, then
+//             those samples (the CPU's ModelRunner, or the CUDA runner)
+//   apply     per request: commit the computed tokens; a request whose
+//             tokens are all computed takes its next token, streams it, and
+//             may finish (its blocks go back at once; a waiting request can
+//             take its place at the next step).
+// The step and its moves are in engine.cpp; what a request does with a
+// token (accept, finish, fork its siblings) in engine_output.cpp; the
+// blocking helpers in engine_generate.cpp.
 // Each request owns its Sampler, so its tokens depend only on its own
 // parameters and seed — never on what else shares the batch. The tests hold
 // it to that: every request's output equals its output run alone.
@@ -21,15 +30,17 @@
 // once. Completion i samples with seed + i. (The siblings join the running
 // set without admission, so they may take it past max_num_seqs by n - 1.)
 //
-// Speculative decoding (Lab 6): before each step is scheduled, every
-// decoding request with num_speculative_tokens = K asks its drafter for up
-// to K drafts (all of a drafter's requests in one call); the scheduler then
-// reserves a slot per draft, the budget permitting, so no slot waits for a
-// draft that never comes. The target computes [last token, d_1..d_K] with logits at every
-// position, and the runner verifies the drafts as the request's Sampler would
-// draw. The rejected drafts' slots are rolled back in the target's pool and
-// in the drafter's own cache; the kept drafts and the target's next token
-// are emitted together. Requests with and without speculation share steps.
+// Speculative decoding (Lab 6), one DraftRound per step
+// (reference/speculative/draft_round.h): before each step is scheduled,
+// every decoding request with num_speculative_tokens = K asks its drafter
+// for up to K drafts (all of a drafter's requests in one call); the
+// scheduler then reserves a slot per draft, the budget permitting, so no
+// slot waits for a draft that never comes. The target computes [last token,
+// d_1..d_K] with logits at every position, and the runner verifies the
+// drafts as the request's Sampler would draw. The rejected drafts' slots are
+// rolled back in the target's pool and in the drafter's own cache; the kept
+// drafts and the target's next token are emitted together. Requests with
+// and without speculation share steps.
 // Greedy output never changes. A sampled request stays distributed exactly
 // as without speculation, but its exact tokens for a seed can depend on how
 // many draft slots the budget left it, i.e. on what shares its steps.
@@ -37,7 +48,8 @@
 // Static batching (SchedulerConfig::static_batching, the baseline): a
 // finished request's result is reported at once, but its row stays in the
 // batch — a discarded token computed for it every step — until the batch's
-// last request finishes, as a fixed-shape batch does.
+// last request finishes, as a fixed-shape batch does
+// (reference/scheduler/static_padding.h).
 #pragma once
 
 #include <chrono>
@@ -57,6 +69,8 @@
 #include "reference/model/model.h"
 #include "reference/sampling/sampler.h"
 #include "reference/scheduler/scheduler.h"
+#include "reference/scheduler/static_padding.h"
+#include "reference/speculative/draft_round.h"
 #include "reference/speculative/drafter.h"
 #include "reference/speculative/ngram_drafter.h"
 
@@ -162,8 +176,9 @@ class Engine {
     bool has_unfinished() const { return !requests_.empty(); }
     int64_t num_unfinished() const { return int64_t(requests_.size()); }
 
-    // Blocking helpers, for an idle engine: they run their requests
-    // together until all finish, and return results in the order given.
+    // Blocking helpers, for an idle engine (engine_generate.cpp): they run
+    // their requests together until all finish, and return results in the
+    // order given.
     std::vector<GenerationResult> generate(const std::vector<std::vector<TokenId>>& prompts,
                                            const SamplingParams& params);
     std::vector<GenerationResult> generate_parallel(std::span<const TokenId> prompt,
@@ -175,26 +190,13 @@ class Engine {
     const Scheduler& scheduler() const { return scheduler_; }
 
   private:
-    struct Live;  // one request in flight: scheduler state, sampler, stop checker, result
+    struct Live;  // one request in flight: Request, sampler, stop checker, result (engine_live.h)
     std::unique_ptr<Live> make_live(int64_t id, std::vector<TokenId> prompt,
                                     const SamplingParams& params, int32_t priority,
                                     TokenCallback on_token, Clock::time_point arrival);
-    // Appends `token` (and its logprobs, when `live` asked for them) to
-    // `live`, streams it, and finishes `live` if it is done. Returns true
-    // when it finished (`live` may then be destroyed).
-    bool accept_token(Live& live, TokenId token, const std::optional<SampledLogprobs>& logprobs,
-                      Clock::time_point now, StepOutput& out);
-    // Drafts a request could use this step: 0 unless it is running and
-    // decoding with a drafter; at most K, max_tokens and the context permitting.
-    int64_t draft_room(const Live& live) const;
-    // Before scheduling: the drafts of every request with draft room, one
-    // propose() call per drafter, by request id; each request's
-    // num_drafts_ready says how many it has.
-    std::map<int64_t, Draft> propose_drafts(StepOutput& out);
-    // After scheduling: each chunk's draft, cut to its draft slots (others
-    // get none); drafts left without a slot are rolled back in their drafter.
-    std::vector<Draft> drafts_for_chunks(const SchedulerOutput& scheduled,
-                                         std::map<int64_t, Draft>& drafts_ready);
+    // The drafter `params` names (the default one when it names none).
+    // Throws servelab::Error, listing the loaded ones, when none has that name.
+    Drafter* find_drafter(const SamplingParams& params) const;
 
     // One step's batch, as the runner takes it.
     struct StepBatchPlan {
@@ -209,35 +211,55 @@ class Engine {
         std::vector<std::vector<TokenId>> draft_chunks;
         std::vector<VerifyRequest> verifications;
     };
-    // Phase 1: the scheduler's chunks (and the drafts) become the batch.
+    // The moves of step(), in order (engine.cpp).
+    // The step's output so far: its start, and the requests cancelled since the last step.
+    StepOutput begin_step();
+    // Drafts first: how many drafts each request has decides how many slots
+    // the scheduler reserves for them. The round is fitted to the slots later.
+    DraftRound propose_drafts(StepOutput& out);
+    // The scheduler's chunks for this step; `on_scheduled` is told the batch's shape.
+    SchedulerOutput schedule(const StepScheduledCallback& on_scheduled, StepOutput& out);
+    // The scheduler's chunks (and the drafts fitted to them) become the batch.
     StepBatchPlan build_batch(const SchedulerOutput& scheduled, std::span<const Draft> drafts,
                               StepOutput& out);
     // A speculating chunk: [last token, drafts...] and its verification.
     void add_verification(Request& r, const Draft& draft, int64_t row,
                           std::vector<TokenId>& chunk_tokens, StepBatchPlan& plan, StepOutput& out);
-    // Phase 3: each chunk's outcome goes back to its request: computed
-    // tokens committed, then a verdict (speculation), forks and a first
-    // token (a finished prompt), a next token (decode), or a padding row.
+    // The runner computes the batch (nothing, when it is empty).
+    StepResult run(const StepBatchPlan& plan);
+    // Each chunk's outcome goes back to its request: computed tokens
+    // committed, then a verdict (speculation), forks and a first token (a
+    // finished prompt), a next token (decode), or a padding row's next token.
     void apply_results(const SchedulerOutput& scheduled, std::span<const Draft> drafts,
-                       const StepBatchPlan& plan, const StepResult& result,
-                       Clock::time_point step_start, StepOutput& out);
-    // A verification pass is back: roll back the rejected drafts (target
-    // and drafter), then emit the kept drafts and the target's token.
-    void accept_verified(Live& live, std::span<const TokenId> drafts, const Verification& verdict,
-                         Clock::time_point now, StepOutput& out);
+                       const StepBatchPlan& plan, const StepResult& result, StepOutput& out);
+    // Static batching's padding rows leave once their batch is done; the
+    // step's counts after it.
+    void end_step(StepOutput& out);
+    int64_t num_kv_blocks_used() { return kv_.cache().num_blocks() - kv_.num_available_blocks(); }
+
+    // What a request does with its tokens (engine_output.cpp).
+    // Appends `token` (and its logprobs, when `live` asked for them) to
+    // `live`, streams it, and finishes `live` if it is done. Returns true
+    // when it finished (`live` may then be destroyed).
+    bool accept_token(Live& live, TokenId token, const std::optional<SampledLogprobs>& logprobs,
+                      Clock::time_point now, StepOutput& out);
+    // A verification pass is back: the accepted drafts are kept in the
+    // target's pool and the drafter (accept_verified, draft_round.h), then
+    // they and the target's token are accepted one by one (a stop string or
+    // max_tokens may end the request midway; the rest is dropped).
+    void emit_verified(Live& live, std::span<const TokenId> drafts, const Verification& verdict,
+                       Clock::time_point now, StepOutput& out);
     // The prompt of `parent` is computed: its waiting siblings fork its
     // blocks and take their first tokens (sampled from the parent's logits).
     // Their tokens are the step's samples from `first` on, one per sibling.
     void fork_siblings(Live& parent, const StepResult& result, size_t first, Clock::time_point now,
                        StepOutput& out);
     // Ends `live` and appends its result to `finished`. `live` is then
-    // destroyed, or (static batching) kept as a padding row.
+    // destroyed; under static batching its Request may stay on as a padding
+    // row (StaticPadding).
     void finish(Live& live, FinishReason reason, std::vector<FinishedRequest>& finished);
-    // Static batching: a padding row computed a token; give it the next one.
-    void compute_padding_row(Request& row);
-    // Static batching: once no real request of the batch runs, its padding
-    // rows leave and the next batch can be admitted.
-    void release_padding();
+
+    // Runs the step loop until every request of `ids` finishes (engine_generate.cpp).
     std::vector<GenerationResult> run_until_done(const std::vector<int64_t>& ids);
 
     const Model& model_;
@@ -250,10 +272,9 @@ class Engine {
     int64_t context_length_;
     Scheduler scheduler_;
     int64_t next_id_ = 0;
-    bool static_batching_;
     std::map<int64_t, std::unique_ptr<Live>> requests_;
-    std::map<int64_t, std::unique_ptr<Live>> padding_;  // static batching's finished rows
-    std::vector<FinishedRequest> cancelled_;            // reported by the next step()
+    StaticPadding padding_;                   // static batching's finished rows
+    std::vector<FinishedRequest> cancelled_;  // reported by the next step()
     NgramDrafter ngram_drafter_;
     std::map<std::string, Drafter*> drafters_;  // by name
     std::string default_drafter_ = "ngram";
