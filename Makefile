@@ -25,7 +25,7 @@ QUESTION ?= What is the capital of France? Answer in one sentence.
 # make's on 2 cores); a tree configured by an older checkout with another
 # generator is configured afresh (its CMake cache only, not its objects).
 setup:
-	@bash tools/setup.sh
+	@bash tools/setup/setup.sh
 	@for tree in build/release build/fuzz build/tsan; do \
 	  if [ -f $$tree/CMakeCache.txt ] && ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$$' $$tree/CMakeCache.txt; then \
 	    echo "setup: $$tree was configured with another generator; configuring it again for Ninja"; \
@@ -59,21 +59,21 @@ run: build
 CTEST_REPORT := build/release/ctest-junit.xml
 test: build build-fuzz build-tsan
 	@status=0; ctest --preset release -j $(JOBS) -LE slow --output-junit ctest-junit.xml || status=$$?; \
-	  python3 tools/slowest_tests.py $(CTEST_REPORT); exit $$status
+	  python3 tools/reports/slowest_tests.py $(CTEST_REPORT); exit $$status
 
 test-all: build build-fuzz build-tsan
 	@cmake --build --preset tsan -j $(JOBS) --target servelab_tests
 	@status=0; ctest --preset release -j $(JOBS) --output-junit ctest-junit.xml || status=$$?; \
-	  python3 tools/slowest_tests.py $(CTEST_REPORT); exit $$status
+	  python3 tools/reports/slowest_tests.py $(CTEST_REPORT); exit $$status
 
 # Regenerate the committed goldens from llama.cpp (llama-cpp-python builds
 # llama.cpp from source: several minutes) and the gguf package.
 goldens: setup
-	@.venv/bin/python -m pip install -q -r tools/requirements-goldens.txt
-	@.venv/bin/python tools/make_tokenizer_goldens.py
-	@.venv/bin/python tools/make_llamacpp_goldens.py
-	@.venv/bin/python tools/make_dequant_goldens.py
-	@.venv/bin/python tools/make_chat_template_goldens.py
+	@.venv/bin/python -m pip install -q -r tools/goldens/requirements-goldens.txt
+	@.venv/bin/python tools/goldens/make_tokenizer_goldens.py
+	@.venv/bin/python tools/goldens/make_llamacpp_goldens.py
+	@.venv/bin/python tools/goldens/make_dequant_goldens.py
+	@.venv/bin/python tools/goldens/make_chat_template_goldens.py
 
 # Grade a lab: make grade LAB=1 (builds the lab, runs its tests and its
 # throughput case against the reference, writes labs/labNN_<name>/results.json).
@@ -82,7 +82,7 @@ goldens: setup
 TRACK ?= cpu
 grade: setup
 	@cmake --preset release >/dev/null
-	@.venv/bin/python tools/grade.py --lab $(LAB) --track $(TRACK) --build-dir build/release
+	@.venv/bin/python tools/labkit/grade.py --lab $(LAB) --track $(TRACK) --build-dir build/release
 
 bench: build
 	@build/release/servelab bench --model $(MODEL)
@@ -92,7 +92,7 @@ bench: build
 # builds llama-server from the pinned source on first use, 10 minutes or more
 # on 2 cores). ARGS=... passes options through, e.g. ARGS="--rates 1 2 --repetitions 3".
 serve-report: build
-	@$(PYTHON) tools/serve_side_by_side.py $(ARGS)
+	@$(PYTHON) tools/reports/serve_side_by_side.py $(ARGS)
 
 # servelab at its defaults against llama.cpp's own llama-bench and
 # llama-batched-bench (built from the pinned llama-cpp-python sdist's source by
@@ -103,28 +103,28 @@ serve-report: build
 # build/dram_case/ on first use, against DRAM's read rate (ARGS=--no-dram-case
 # skips it). Interleaved. ARGS=... passes options through.
 cpu-report: build
-	@$(PYTHON) tools/cpu_peer_report.py $(ARGS)
+	@$(PYTHON) tools/reports/cpu_peer_report.py $(ARGS)
 
 # Regenerate labs/labNN_<name>/student/ from the reference's solution regions
 # (the instructor's tree only: a student release has no regions).
 skeletons:
-	@test -f tools/make_skeletons.py || { echo "skeletons: this is a student release; the skeletons come from the instructor's tree"; exit 2; }
-	@python3 tools/make_skeletons.py
+	@test -f tools/labkit/make_skeletons.py || { echo "skeletons: this is a student release; the skeletons come from the instructor's tree"; exit 2; }
+	@python3 tools/labkit/make_skeletons.py
 
 # The course's student release (docs/teaching.md): every solution region
 # replaced by its skeleton, the reference's exercise objects prebuilt, the
 # instructor's material left out, leak-checked. make student-release OUT=/tmp/course
 student-release: build
-	@test -f tools/student_release.py || { echo "student-release: this is a student release; cut releases from the instructor's tree"; exit 2; }
+	@test -f tools/labkit/student_release.py || { echo "student-release: this is a student release; cut releases from the instructor's tree"; exit 2; }
 	@test -n "$(OUT)" || { echo "student-release: give the folder to write, OUT=dir"; exit 2; }
-	@python3 tools/student_release.py --out $(OUT) --build-dir build/release
+	@python3 tools/labkit/student_release.py --out $(OUT) --build-dir build/release
 
 # The lab's Gradescope autograder (docs/teaching.md): a student release with the
 # hidden tests kept, setup.sh and run_autograder. make autograder LAB=5
 autograder: build
-	@test -f tools/autograder/make_autograder.py || { echo "autograder: this is a student release; make autograders from the instructor's tree"; exit 2; }
+	@test -f tools/labkit/autograder/make_autograder.py || { echo "autograder: this is a student release; make autograders from the instructor's tree"; exit 2; }
 	@test -n "$(LAB)" || { echo "autograder: give the lab, LAB=N"; exit 2; }
-	@python3 tools/autograder/make_autograder.py --lab $(LAB) --build-dir build/release
+	@python3 tools/labkit/autograder/make_autograder.py --lab $(LAB) --build-dir build/release
 
 clean:
 	rm -rf build

@@ -6,7 +6,7 @@
 # exercise files hold the same skeleton as labs/labNN_*/student/, and the
 # instructor ships their reference objects instead, compiled into
 # prebuilt/linux-x86_64/libservelab_solutions.a, one member <exercise id>.o per
-# file, C++ and CUDA (tools/student_release.py). Each member becomes the imported object
+# file, C++ and CUDA (tools/labkit/student_release.py). Each member becomes the imported object
 # library servelab_reference_<exercise id>, so the engines are put together
 # exactly as in the instructor's tree: the reference objects of every file a
 # lab keeps, and the student's own compiled source of the files it replaces.

@@ -10,9 +10,9 @@
 #   labNN_tests_reference    the same tests on the reference engine
 #   labNN_bug_<name>_tests   the same tests on the reference with one planted
 #                            bug (tests/labs/labNN/<name>.patch, applied at build
-#                            time by tools/planted_bugs.py), for the self-tests
+#                            time by tools/labkit/planted_bugs.py), for the self-tests
 #   labNN_throughput         when the manifest's throughput names a "program"
-#                            (a source file with a main, e.g. tools/gemv_speed.cpp
+#                            (a source file with a main, e.g. tools/labkit/gemv_speed.cpp
 #                            for Lab 8's kernels): that program on the lab's
 #                            engine, and labNN_throughput_reference on the
 #                            reference one; the grader runs it instead of the CLIs
@@ -50,8 +50,8 @@
 # as soon as a student did the work.
 
 find_package(Python3 COMPONENTS Interpreter)
-set(SERVELAB_GRADER ${CMAKE_SOURCE_DIR}/tools/grade.py)
-set(SERVELAB_PLANTER ${CMAKE_SOURCE_DIR}/tools/planted_bugs.py)
+set(SERVELAB_GRADER ${CMAKE_SOURCE_DIR}/tools/labkit/grade.py)
+set(SERVELAB_PLANTER ${CMAKE_SOURCE_DIR}/tools/labkit/planted_bugs.py)
 
 # An engine with `root`'s files in place of the exercise files they mirror.
 function(servelab_engine_with_overrides name root)
@@ -81,7 +81,7 @@ function(servelab_manifest_test_sources out_var manifest_file)
 endfunction()
 
 # ---------------------------------------------------------------- planted bugs
-# tools/planted_bugs.py reads tests/labs/labNN/*.patch into a CMake list; a
+# tools/labkit/planted_bugs.py reads tests/labs/labNN/*.patch into a CMake list; a
 # new or edited patch re-runs it. Each bug's files are written at build time
 # (a patch that no longer applies fails the build, naming its hunk).
 set(SERVELAB_PLANTED_BUGS "")
@@ -95,7 +95,7 @@ elseif(Python3_Interpreter_FOUND)
     COMMAND ${Python3_EXECUTABLE} ${SERVELAB_PLANTER} cmake ${CMAKE_BINARY_DIR}/planted_bugs.cmake
     RESULT_VARIABLE planted_bugs_rc ERROR_VARIABLE planted_bugs_error)
   if(NOT planted_bugs_rc EQUAL 0)
-    message(FATAL_ERROR "tools/planted_bugs.py could not read the planted bugs:\n${planted_bugs_error}")
+    message(FATAL_ERROR "tools/labkit/planted_bugs.py could not read the planted bugs:\n${planted_bugs_error}")
   endif()
   include(${CMAKE_BINARY_DIR}/planted_bugs.cmake)
 else()
@@ -295,7 +295,7 @@ foreach(lab_dir ${SERVELAB_LAB_DIRS})
   # ratio needs two rounds of each order to measure its noise, and the
   # self-test stops at the 3.5 % that is still graded (check_grade.py widens
   # its band to match). A noisier machine gives up after 6 rounds: SKIPPED
-  # (77; tools/grade.py says why). On the 2-core course machine rounds vary
+  # (77; tools/labkit/grade.py says why). On the 2-core course machine rounds vary
   # by 3-10 % (Lab 7's three ranks on two cores by about 8.5 %), and most
   # labs end SKIPPED; a quiet machine with cores to spare grades them.
   add_test(NAME grade_${lab}_reference_speed
@@ -329,15 +329,15 @@ if(Python3_Interpreter_FOUND AND NOT SERVELAB_STUDENT_RELEASE)
   add_test(NAME planted_bugs_apply
     COMMAND ${Python3_EXECUTABLE} ${SERVELAB_PLANTER} check)
   set_tests_properties(planted_bugs_apply PROPERTIES LABELS "labs" TIMEOUT 60)
-  # Mutation testing (tools/mutate.py): two mutants of every lab's solution
+  # Mutation testing (tools/labkit/mutate.py): two mutants of every lab's solution
   # must be caught by its tests (make test), and the full run, every
   # mutant of every lab, is a slow test (make test-all: several minutes).
   add_test(NAME mutation_smoke
-    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tools/mutate.py --smoke 2 --jobs 1
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tools/labkit/mutate.py --smoke 2 --jobs 1
             --no-build --build-dir ${CMAKE_BINARY_DIR} --out ${CMAKE_BINARY_DIR}/mutation_smoke)
   set_tests_properties(mutation_smoke PROPERTIES LABELS "labs" TIMEOUT 600)
   add_test(NAME mutation_full
-    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tools/mutate.py --jobs 2 --min-score 90
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tools/labkit/mutate.py --jobs 2 --min-score 90
             --no-build --build-dir ${CMAKE_BINARY_DIR})
   set_tests_properties(mutation_full PROPERTIES LABELS "labs;slow" TIMEOUT 3600 RUN_SERIAL TRUE)
   add_test(NAME mutate_selftest

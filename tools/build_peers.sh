@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # build_peers.sh — llama.cpp's own tools, built from the pinned source: the peer
-# that `make cpu-report` (tools/cpu_peer_report.py) and the serving report
+# that `make cpu-report` (tools/reports/cpu_peer_report.py) and the serving report
 # measure servelab against.
 #
 # The source is the llama.cpp vendored in the llama-cpp-python sdist that
-# tools/requirements-peers.txt pins, so every machine builds the same commit.
+# tools/setup/requirements-peers.txt pins, so every machine builds the same commit.
 # It builds llama-bench, llama-batched-bench, llama-server, and
 # llama-perplexity and llama-completion (the weight-quantization goldens,
-# tools/make_quant_goldens.py) into build/peers/bin/ and skips everything on a
+# tools/goldens/make_quant_goldens.py) into build/peers/bin/ and skips everything on a
 # second run (the stamp file records the version and flags it was built
 # with). A tool added to TOOLS later is built alone: with the stamp
 # unchanged, only the tools missing from bin/ are passed to the build, in
@@ -25,9 +25,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PEERS="$ROOT/build/peers"
-VERSION="$(sed -n 's/^llama-cpp-python\[server\]==\([0-9.]*\).*/\1/p' "$ROOT/tools/requirements-peers.txt")"
+VERSION="$(sed -n 's/^llama-cpp-python\[server\]==\([0-9.]*\).*/\1/p' "$ROOT/tools/setup/requirements-peers.txt")"
 if [[ -z "$VERSION" ]]; then
-    echo "build_peers: no llama-cpp-python pin in tools/requirements-peers.txt" >&2
+    echo "build_peers: no llama-cpp-python pin in tools/setup/requirements-peers.txt" >&2
     exit 2
 fi
 JOBS="${JOBS:-$(nproc)}"

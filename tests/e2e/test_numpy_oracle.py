@@ -4,7 +4,7 @@
 What it checks
 --------------
 For every prompt, `servelab logits` must produce the same logits, at every
-position, as tools/numpy_oracle.py (an independent float64 forward pass that
+position, as tools/goldens/numpy_oracle.py (an independent float64 forward pass that
 reads the GGUF with the official `gguf` package). The figure of merit, per
 position, is
 
@@ -38,11 +38,11 @@ import sys
 import tempfile
 import time
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see tools/numpy_oracle.py
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see tools/goldens/numpy_oracle.py
 import numpy as np  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "tools" / "goldens"))
 import numpy_oracle  # noqa: E402
 
 SKIP = 77
@@ -223,7 +223,7 @@ def main(argv=None) -> int:
     print(f"numpy oracle e2e: {what}; seed {seed} (reproduce with --seed {seed}); "
           f"tolerance {args.tolerance:g}")
     if args.model and not pathlib.Path(args.model).is_file():
-        print(f"SKIP: model file {args.model} not found (run tools/fetch_model.py)")
+        print(f"SKIP: model file {args.model} not found (run tools/setup/fetch_model.py)")
         return SKIP
 
     with tempfile.TemporaryDirectory(prefix="servelab_oracle_") as tmp:

@@ -3,7 +3,7 @@
 
 Part of Lab 10, weight quantization (docs/perplexity.md). Building llama.cpp
 takes longer than a test run may, so its answers are goldens:
-data/golden/llamacpp_quant.json (tools/make_quant_goldens.py) holds, for each
+data/golden/llamacpp_quant.json (tools/goldens/make_quant_goldens.py) holds, for each
 model file, keyed by its sha256, what llama.cpp's own tools said about it:
 
   perplexity  llama-perplexity -c 128 --chunks 8 on data/text/kjv_evaluation.txt
@@ -14,7 +14,7 @@ For each entry named on the command line this test
      downloaded model itself for the source entry) and checks that its
      sha256 is the golden's key: the quantizer still writes the very file
      llama.cpp read. A different hash means the quantizer changed: run
-     tools/make_quant_goldens.py again;
+     tools/goldens/make_quant_goldens.py again;
   2. runs `servelab perplexity` with the same windows and requires
      |PPL − llama.cpp's PPL| <= --tolerance × llama.cpp's PPL (1% by default:
      llama.cpp rounds activations to 8 bits in its quantized matmuls and
@@ -45,7 +45,7 @@ import tempfile
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "tools" / "setup"))
 from fetch_model import sha256_of  # noqa: E402  (the hash the goldens were made with)
 GOLDEN = ROOT / "data" / "golden" / "llamacpp_quant.json"
 SOURCE = ROOT / "data" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -131,7 +131,7 @@ def main() -> int:
         return SKIP
     golden = json.loads(GOLDEN.read_text())
     if sha256_of(text) != golden["header"]["text_sha256"]:
-        print(f"FAIL: {text} is not the text the goldens were made on (tools/make_text_data.py)")
+        print(f"FAIL: {text} is not the text the goldens were made on (tools/setup/make_text_data.py)")
         return 1
     by_name = {entry["name"]: (key, entry) for key, entry in golden["models"].items()}
     problems = []
@@ -148,7 +148,7 @@ def main() -> int:
             if digest != key:
                 problems.append(f"{name}: the file made now has sha256 {digest[:16]}..., the golden "
                                 f"{key[:16]}...: the quantizer's output changed; run "
-                                f"tools/make_quant_goldens.py --only {name} (needs tools/build_peers.sh)")
+                                f"tools/goldens/make_quant_goldens.py --only {name} (needs tools/build_peers.sh)")
                 continue
             problems += [f"{name}: {p}" for p in
                          check_perplexity(args.servelab, path, entry, args.tolerance, args.threads)]

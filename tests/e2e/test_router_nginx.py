@@ -119,7 +119,7 @@ def main():
     parser.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
     args = parser.parse_args()
     if not os.path.exists(args.nginx):
-        print("SKIP: no nginx binary (tools/setup.sh installs the Debian package)")
+        print("SKIP: no nginx binary (tools/setup/setup.sh installs the Debian package)")
         sys.exit(77)
     if not os.path.exists(SMOLLM2):
         print(f"SKIP: no {SMOLLM2} (make model)")

@@ -1,8 +1,8 @@
 # tests/e2e/tests.cmake — end-to-end tests: `servelab logits` against the numpy oracle.
 #
 # Included from the top CMakeLists.txt once the `servelab` target exists.
-# The oracle (tools/numpy_oracle.py) needs a Python with numpy and gguf; that
-# is SERVELAB_PYTHON (tools/setup.sh makes .venv and passes it). Without it the
+# The oracle (tools/goldens/numpy_oracle.py) needs a Python with numpy and gguf; that
+# is SERVELAB_PYTHON (tools/setup/setup.sh makes .venv and passes it). Without it the
 # tests are skipped with a status message, so a plain `cmake` build still works.
 #
 # Tests registered (label "e2e"):
@@ -11,7 +11,7 @@
 #   oracle_tiny_mla_*           tiny deepseek2 models (multi-head latent attention,
 #                               dense MLP): with/without the query bottleneck
 #                               (q lora), f32 and q8_0, and one with uneven shapes
-#   traces_up_to_date           data/traces/*.jsonl match tools/make_traces.py (Lab 4)
+#   traces_up_to_date           data/traces/*.jsonl match tools/goldens/make_traces.py (Lab 4)
 #   oracle_smollm2              the real SmolLM2-135M Q4_1 model (skipped, exit 77,
 #                               when data/models has no model file)
 #   oracle_smollm2_4k           the same on a 4,096-token random prompt (label "slow")
@@ -115,7 +115,7 @@ endif()
 
 # Lab 10: `servelab perplexity` and the files `servelab quantize` writes
 # against llama.cpp's llama-perplexity and llama-completion on the same files
-# (goldens: data/golden/llamacpp_quant.json, tools/make_quant_goldens.py).
+# (goldens: data/golden/llamacpp_quant.json, tools/goldens/make_quant_goldens.py).
 # The RTN file takes seconds to make again; the AWQ and GPTQ ones, with their
 # calibration pass, minutes: `make test-all` only.
 if(servelab_e2e_ready)
@@ -134,7 +134,7 @@ endif()
 # Lab 4's request traces (data/traces/) must match their generator.
 if(servelab_e2e_ready)
   add_test(NAME traces_up_to_date
-    COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tools/make_traces.py --check)
+    COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tools/goldens/make_traces.py --check)
   set_tests_properties(traces_up_to_date PROPERTIES LABELS "e2e" TIMEOUT 60)
 endif()
 
@@ -165,7 +165,7 @@ if(Python3_Interpreter_FOUND)
 endif()
 
 # The OpenAI-compatible server, label "serve": the official `openai` client
-# (tools/requirements.txt) against `servelab serve` — completions and chat,
+# (tools/setup/requirements.txt) against `servelab serve` — completions and chat,
 # streaming, 64 concurrent clients against offline generation, errors,
 # disconnects, a bounded HTTP fuzz run, SIGTERM. serve_reliability holds it
 # against hostile and careless clients (slow headers, chunked bodies over the

@@ -2,7 +2,7 @@
 #
 # Included from the top CMakeLists.txt once the `servelab` target exists.
 # The notebooks need a Python with jupyter nbconvert, ipykernel and matplotlib
-# (tools/requirements.txt, installed into .venv by tools/setup.sh), passed as
+# (tools/setup/requirements.txt, installed into .venv by tools/setup/setup.sh), passed as
 # SERVELAB_PYTHON. Without it the tests are skipped with a status message.
 #
 # Each test runs the notebook in "small" mode (SERVELAB_NOTEBOOK_MODE=small: a
@@ -36,18 +36,18 @@
 #                                   unsplit; the whole model's step fused against unfused
 #   notebook_lab10_weight_quantization  perplexity and KL against bits per weight for RTN, AWQ and
 #                                   GPTQ at 4 and 3 bits and several group sizes, with file size,
-#                                   decode speed and quantization time (tools/quant_table.py; small
+#                                   decode speed and quantization time (tools/reports/quant_table.py; small
 #                                   mode: a tiny model, 64-token windows)
 #   notebook_lab11_radix_attention  prefix hits and tokens computed for hash+FCFS, radix+FCFS and
 #                                   radix+LPM on four traces and five pool sizes (bench prefix-cache,
-#                                   no model); throughput and TTFT with the model (tools/radix_table.py;
+#                                   no model); throughput and TTFT with the model (tools/reports/radix_table.py;
 #                                   small mode: a tiny model, 4 requests); a drawing of the tree
 #   notebook_serving_latency        TTFT/TPOT/E2E percentiles, throughput and goodput against the
-#                                   request rate (tools/serve_side_by_side.py; small mode: servelab
+#                                   request rate (tools/reports/serve_side_by_side.py; small mode: servelab
 #                                   alone on a tiny model, no llama.cpp)
 #   notebook_triangle               chapter 11.8's triangle: the latency-throughput Pareto frontier
 #                                   coloured by cost, and each knob's measured deltas
-#                                   (tools/triangle_sweep.py; small mode: its --quick grid)
+#                                   (tools/reports/triangle_sweep.py; small mode: its --quick grid)
 
 set(servelab_notebooks_ready FALSE)
 if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")

@@ -3,7 +3,7 @@
 
 Part of the lab framework (tests/labs/README.md). Grades the test binary built
 with one planted bug (labNN_bug_<name>_tests, labs/labs.cmake) on the one
-manifest group the bug's patch names (tools/grade.py --group), and checks:
+manifest group the bug's patch names (tools/labkit/grade.py --group), and checks:
 
   - that group scores below full marks: the tests catch the bug;
   - its failure output contains the patch's `Expect:` text (any case): the
@@ -25,7 +25,7 @@ import tempfile
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.dont_write_bytecode = True
-sys.path.insert(0, str(REPO_ROOT / "tools"))
+sys.path.insert(0, str(REPO_ROOT / "tools" / "labkit"))
 import planted_bugs  # noqa: E402
 
 
@@ -72,7 +72,7 @@ def main(argv=None):
 
     with tempfile.TemporaryDirectory(prefix="planted-bug-") as scratch:
         out = args.out or pathlib.Path(scratch) / "results.json"
-        command = [sys.executable, str(REPO_ROOT / "tools" / "grade.py"), "--lab", str(args.lab),
+        command = [sys.executable, str(REPO_ROOT / "tools" / "labkit" / "grade.py"), "--lab", str(args.lab),
                    "--no-build", "--student-tests", str(args.student_tests),
                    "--group", bug.group, "--out", str(out)]
         run = subprocess.run(command, capture_output=True, text=True)

@@ -1,7 +1,7 @@
 # tests/tools/grade_tests.cmake — the autograder's own unit tests.
 #
 # Included from the top CMakeLists.txt. tests/tools/test_grade.py checks
-# tools/grade.py against fake GoogleTest binaries and fake CLIs that it makes
+# tools/labkit/grade.py against fake GoogleTest binaries and fake CLIs that it makes
 # in a temporary folder, so it needs no lab build (Python standard library only).
 #
 # Test registered (label "tools"):

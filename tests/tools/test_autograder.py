@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""test_autograder.py — the Gradescope autograder (tools/autograder/) grades what it is given.
+"""test_autograder.py — the Gradescope autograder (tools/labkit/autograder/) grades what it is given.
 
 Part of the lab framework (docs/teaching.md, "Grading on Gradescope"). Lab 5's
 autograder zip is made, unpacked into a scratch folder shaped like
@@ -85,7 +85,7 @@ def fail(message):
 
 
 def make_zip(out, build_dir, build=False):
-    command = [sys.executable, str(REPO / "tools" / "autograder" / "make_autograder.py"),
+    command = [sys.executable, str(REPO / "tools" / "labkit" / "autograder" / "make_autograder.py"),
                "--lab", str(LAB), "--out", str(out), "--build-dir", str(build_dir)]
     if not build:
         command.append("--no-build")
@@ -108,8 +108,8 @@ def check_zip(first, second):
         names = list(infos)
     hidden = [n for n in names if n.startswith("servelab/tests/hidden/")]
     instructors = [n for n in names if n.startswith(("servelab/tests/labs/",
-                                                     "servelab/tools/mutate.py",
-                                                     "servelab/tools/autograder/make_autograder.py"))]
+                                                     "servelab/tools/labkit/mutate.py",
+                                                     "servelab/tools/labkit/autograder/make_autograder.py"))]
     if not hidden or instructors:
         fail(f"the zip should hold the hidden tests ({len(hidden)}) and no planted bug, mutation "
              f"runner or zip maker ({instructors[:3]})")

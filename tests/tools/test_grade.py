@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""test_grade.py — unit tests of the autograder, tools/grade.py.
+"""test_grade.py — unit tests of the autograder, tools/labkit/grade.py.
 
 No real lab build is needed: each test makes fakes in a temporary folder.
 
@@ -30,10 +30,16 @@ from unittest import mock
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-GRADE_PY = REPO_ROOT / "tools" / "grade.py"
-sys.dont_write_bytecode = True  # keep tools/ free of __pycache__
+GRADE_PY = REPO_ROOT / "tools" / "labkit" / "grade.py"
+sys.dont_write_bytecode = True  # keep tools/labkit/ free of __pycache__
 sys.path.insert(0, str(GRADE_PY.parent))
-import grade  # noqa: E402  (the module under test)
+import grade  # noqa: E402  (the command under test: its main)
+import grading.build  # noqa: E402
+import grading.cli  # noqa: E402
+import grading.gtest  # noqa: E402
+import grading.manifest  # noqa: E402
+import grading.results  # noqa: E402
+import grading.timing  # noqa: E402
 
 # A GoogleTest look-alike. OUTCOMES maps "Suite.Test" to what the test does.
 FAKE_GTEST = r'''#!{python}
@@ -129,7 +135,7 @@ class GraderTestCase(unittest.TestCase):
     def setUp(self):
         # No load probe: whatever else the machine runs (ctest runs tests side
         # by side) must not change these tests' timed rounds.
-        probe = mock.patch.object(grade, "machine_busy_seconds", return_value=None)
+        probe = mock.patch.object(grading.timing, "machine_busy_seconds", return_value=None)
         probe.start()
         self.addCleanup(probe.stop)
         self._scratch = tempfile.TemporaryDirectory(prefix="test_grade-")
@@ -225,8 +231,9 @@ class TestGroupScoring(GraderTestCase):
         self.assertEqual(self.entry(results, "Norm")["score"], 5)
 
     def test_output_is_truncated(self):
-        self.assertLessEqual(len(grade.truncate("x" * 10000, grade.OUTPUT_LIMIT)), grade.OUTPUT_LIMIT)
-        self.assertEqual(grade.truncate("short", grade.OUTPUT_LIMIT), "short")
+        limit = grading.results.OUTPUT_LIMIT
+        self.assertLessEqual(len(grading.results.truncate("x" * 10000, limit)), limit)
+        self.assertEqual(grading.results.truncate("short", limit), "short")
 
 
 class TestGroupSelection(GraderTestCase):
@@ -270,7 +277,7 @@ class TestFilterMatching(unittest.TestCase):
                  ("lab01norm.a", "Lab01Norm.*", False)]
         for name, gtest_filter, expected in cases:
             with self.subTest(name=name, filter=gtest_filter):
-                self.assertEqual(grade.matches_filter(name, gtest_filter), expected)
+                self.assertEqual(grading.gtest.matches_filter(name, gtest_filter), expected)
 
 
 class TestCrashesAndTimeouts(GraderTestCase):
@@ -393,7 +400,7 @@ class TestBuildLogExcerpt(unittest.TestCase):
                             "FAILED: scheduler.cpp.o", command,
                             "scheduler.cpp:12:5: error: 'foo' was not declared in this scope",
                             "ninja: build stopped: subcommand failed."])
-        excerpt = grade.build_log_excerpt(output)
+        excerpt = grading.build.build_log_excerpt(output)
         self.assertIn("error: 'foo' was not declared", excerpt)
         self.assertIn("(the compile command)", excerpt)
         self.assertNotIn("-I/some/include/path", excerpt)
@@ -401,8 +408,8 @@ class TestBuildLogExcerpt(unittest.TestCase):
     def test_a_long_log_keeps_its_end(self):
         output = "\n".join(f"note: line {i} " + "x" * 80 for i in range(200))
         output += "\nlast.cpp:1:1: error: the last error"
-        excerpt = grade.build_log_excerpt(output)
-        entry = grade.Entry("compilation", 0, 10, "build failed; last lines:\n" + excerpt)
+        excerpt = grading.build.build_log_excerpt(output)
+        entry = grading.results.Entry("compilation", 0, 10, "build failed; last lines:\n" + excerpt)
         self.assertIn("error: the last error", entry.to_json()["output"])
         self.assertTrue(excerpt.startswith("... (earlier lines left out)"))
 
@@ -493,24 +500,24 @@ class TestThroughput(GraderTestCase):
 
 
 def run(value, other_cores=0.0, own_cores=1.0):
-    return grade.Run([value], 1.0, own_cores, other_cores)
+    return grading.timing.Run([value], 1.0, own_cores, other_cores)
 
 
 class TestJudge(unittest.TestCase):
     """The estimator on chosen rounds: (student Run, reference Run) pairs; round i
     runs the student first when i is even."""
 
-    SPEC = grade.Throughput("speed", 10, ["bench"], "m", repetitions=3)
+    SPEC = grading.manifest.Throughput("speed", 10, ["bench"], "m", repetitions=3)
 
     def test_an_order_effect_cancels(self):
         # The second run of a round is 10 % faster: student-first rounds read
         # 0.9, reference-first ones 1.1; the two medians' geometric mean is ~1.
         rounds = [(run(90), run(100)), (run(110), run(100)), (run(90), run(100)),
                   (run(110), run(100))]
-        verdict = grade.judge(rounds, self.SPEC, num_cpus=2)
+        verdict = grading.timing.judge(rounds, self.SPEC, num_cpus=2)
         self.assertAlmostEqual(verdict.ratio, (0.9 * 1.1) ** 0.5)
         self.assertEqual(verdict.used, [0, 1, 2, 3])
-        self.assertLessEqual(verdict.standard_error, grade.RATIO_SE_TARGET)
+        self.assertLessEqual(verdict.standard_error, grading.timing.RATIO_SE_TARGET)
 
     def test_rounds_other_programs_disturbed_are_not_used(self):
         # One thread on 2 CPUs: one core's worth of other work is harmless,
@@ -518,20 +525,20 @@ class TestJudge(unittest.TestCase):
         rounds = [(run(100, 1.05), run(100, 1.0)), (run(40, 1.8), run(100, 0.0)),
                   (run(99), run(100)), (run(101), run(100)), (run(100), run(100)),
                   (run(100.5), run(100))]
-        verdict = grade.judge(rounds, self.SPEC, num_cpus=2)
+        verdict = grading.timing.judge(rounds, self.SPEC, num_cpus=2)
         self.assertEqual(verdict.disturbed, [1])
         self.assertAlmostEqual(verdict.ratio, 1.0, places=2)
 
     def test_a_run_that_keeps_every_core_busy_allows_little_else(self):
-        spec = grade.Throughput("speed", 10, ["bench"], "m", repetitions=2, threads=2)
+        spec = grading.manifest.Throughput("speed", 10, ["bench"], "m", repetitions=2, threads=2)
         rounds = [(run(100, 0.3, 2.0), run(100, 0.0, 2.0)), (run(100), run(100)),
                   (run(100), run(100))]
-        verdict = grade.judge(rounds, spec, num_cpus=2)
+        verdict = grading.timing.judge(rounds, spec, num_cpus=2)
         self.assertEqual(verdict.disturbed, [0])
 
     def test_too_few_undisturbed_rounds_is_busy(self):
         rounds = [(run(100, 1.9), run(100, 1.9))] * 12
-        verdict = grade.judge(rounds, self.SPEC, num_cpus=2)
+        verdict = grading.timing.judge(rounds, self.SPEC, num_cpus=2)
         self.assertIsNone(verdict.ratio)
         self.assertTrue(verdict.busy)
         self.assertIn("0 of 12 rounds ran undisturbed", verdict.reason)
@@ -540,10 +547,10 @@ class TestJudge(unittest.TestCase):
         # Student-first rounds agree at 1.0; the one reference-first round read
         # 0.74 (a disturbance the probe missed): the ratio, 0.86, must not stand.
         rounds = [(run(100), run(100)), (run(74), run(100)), (run(100.5), run(100))]
-        verdict = grade.judge(rounds, self.SPEC, num_cpus=2)
+        verdict = grading.timing.judge(rounds, self.SPEC, num_cpus=2)
         self.assertFalse(verdict.settled())
         rounds.append((run(99.5), run(100)))  # a second reference-first round: medians again
-        self.assertEqual(grade.judge(rounds, self.SPEC, num_cpus=2).smallest_order, 2)
+        self.assertEqual(grading.timing.judge(rounds, self.SPEC, num_cpus=2).smallest_order, 2)
 
     def test_an_outlier_in_an_order_of_two_rounds_does_not_settle(self):
         # Lab 11's self-test once read these: student-first rounds at 0.99, the two
@@ -551,16 +558,16 @@ class TestJudge(unittest.TestCase):
         # reference-first median is the two rounds' mean: the ratio, 1.121, must not stand.
         ratios = [0.996, 1.093, 0.989, 1.467, 0.992]
         rounds = [(run(100 * r), run(100)) for r in ratios]
-        verdict = grade.judge(rounds, self.SPEC, num_cpus=2)
+        verdict = grading.timing.judge(rounds, self.SPEC, num_cpus=2)
         self.assertEqual(verdict.smallest_order, 2)
         self.assertFalse(verdict.settled())
         rounds += [(run(100), run(100)), (run(99.5), run(100))]
-        self.assertLess(grade.judge(rounds, self.SPEC, num_cpus=2).ratio, 1.05)
+        self.assertLess(grading.timing.judge(rounds, self.SPEC, num_cpus=2).ratio, 1.05)
 
     def test_quiet_rounds_settle_at_two_of_each_order(self):
         values = iter([(run(100), run(100)), (run(101), run(100)), (run(99.5), run(100)),
                        (run(100.5), run(100))])
-        rounds, verdict = grade.measure_rounds(self.SPEC, lambda index: next(values))
+        rounds, verdict = grading.timing.measure_rounds(self.SPEC, lambda index: next(values))
         self.assertEqual(len(rounds), 4)
         self.assertTrue(verdict.settled())
         self.assertAlmostEqual(verdict.ratio, 1.0, places=2)
@@ -572,7 +579,7 @@ class TestJudge(unittest.TestCase):
         # noise, and the noise floor called the ratio certain to 1 %.
         rounds = [(run(110.2), run(100)), (run(111.4), run(100))]
         spec = dataclasses.replace(self.SPEC, repetitions=2)
-        verdict = grade.judge(rounds, spec, num_cpus=2)
+        verdict = grading.timing.judge(rounds, spec, num_cpus=2)
         self.assertIsNone(verdict.ratio)
         self.assertIn("2 of each order", verdict.reason)
 
@@ -581,7 +588,7 @@ class TestJudge(unittest.TestCase):
         # than the 1/sqrt(rounds) alone (Student's t for 2 degrees of freedom).
         few = [1.05, 0.95, 0.95, 1.05]
         many = few * 4
-        judged = [grade.judge([(run(100 * r), run(100)) for r in ratios], self.SPEC, num_cpus=2)
+        judged = [grading.timing.judge([(run(100 * r), run(100)) for r in ratios], self.SPEC, num_cpus=2)
                   for ratios in (few, many)]
         self.assertGreater(judged[0].standard_error, 2 * judged[1].standard_error * 1.5)
 
@@ -590,7 +597,7 @@ class TestJudge(unittest.TestCase):
         # six of them are too few for a 2 % error, and more than the 3.5 % graded.
         lab7 = [1.061, 0.908, 1.046, 1.031, 0.968, 0.899]
         spec = dataclasses.replace(self.SPEC, repetitions=4, max_rounds=6)
-        rounds, verdict = grade.measure_rounds(
+        rounds, verdict = grading.timing.measure_rounds(
             spec, lambda index: (run(100 * lab7[index]), run(100)))
         self.assertEqual(len(rounds), 6)
         self.assertIsNone(verdict.ratio)
@@ -599,14 +606,14 @@ class TestJudge(unittest.TestCase):
 
     def test_noisy_rounds_get_more_rounds_then_a_ratio(self):
         noisy = [1.0, 1.08, 0.93, 1.05, 0.96, 1.02, 0.98, 1.01, 0.99, 1.0, 1.0, 1.0]
-        rounds, verdict = grade.measure_rounds(
+        rounds, verdict = grading.timing.measure_rounds(
             self.SPEC, lambda index: (run(100 * noisy[index]), run(100)))
         self.assertGreater(len(rounds), 3)
         self.assertAlmostEqual(verdict.ratio, 1.0, delta=0.03)
 
     def test_rounds_that_never_agree_are_busy(self):
         wild = [0.5, 1.6, 0.7, 1.4, 0.6, 1.5, 0.9, 1.2, 0.5, 1.7, 0.8, 1.3]
-        rounds, verdict = grade.measure_rounds(
+        rounds, verdict = grading.timing.measure_rounds(
             self.SPEC, lambda index: (run(100 * wild[index]), run(100)))
         self.assertEqual(len(rounds), 12)
         self.assertIsNone(verdict.ratio)
@@ -614,7 +621,7 @@ class TestJudge(unittest.TestCase):
         self.assertIn("disagree", verdict.reason)
 
     def test_a_busy_machine_gives_up_after_twice_the_repetitions(self):
-        rounds, verdict = grade.measure_rounds(self.SPEC,
+        rounds, verdict = grading.timing.measure_rounds(self.SPEC,
                                                lambda index: (run(100, 1.9), run(100, 1.9)))
         self.assertEqual(len(rounds), 6, "most of 2 x 3 rounds disturbed: no more rounds")
         self.assertTrue(verdict.busy)
@@ -622,7 +629,7 @@ class TestJudge(unittest.TestCase):
     def test_a_machine_busy_half_the_time_still_gets_its_rounds(self):
         # Two rounds of every four disturbed: not most of them, so rounds go on
         # (past the 3 repetitions, which alone are not enough) to a ratio.
-        rounds, verdict = grade.measure_rounds(
+        rounds, verdict = grading.timing.measure_rounds(
             self.SPEC, lambda index: (run(100, 1.9 if index % 4 >= 2 else 0.0), run(100)))
         self.assertGreater(len(rounds), 3)
         self.assertFalse(verdict.busy)
@@ -633,9 +640,9 @@ class TestJudge(unittest.TestCase):
         spread = [1.0, 1.02, 0.98, 1.0] * 3
         strict = dataclasses.replace(self.SPEC, repetitions=4, max_rounds=12)
         loose = dataclasses.replace(strict, target_error=0.035)
-        rounds_strict, _ = grade.measure_rounds(
+        rounds_strict, _ = grading.timing.measure_rounds(
             strict, lambda index: (run(100 * spread[index]), run(100)))
-        rounds_loose, verdict = grade.measure_rounds(
+        rounds_loose, verdict = grading.timing.measure_rounds(
             loose, lambda index: (run(100 * spread[index]), run(100)))
         self.assertEqual(len(rounds_loose), 4)
         self.assertLessEqual(verdict.standard_error, 0.035)
@@ -644,7 +651,7 @@ class TestJudge(unittest.TestCase):
     def test_max_rounds_bounds_a_noisy_measurement_but_not_below_the_repetitions(self):
         noisy = [1.0, 1.08, 0.93, 1.05, 0.96, 1.02, 0.98, 1.01, 0.99, 1.0, 1.0, 1.0]
         spec = dataclasses.replace(self.SPEC, max_rounds=4)
-        rounds, _ = grade.measure_rounds(spec, lambda index: (run(100 * noisy[index]), run(100)))
+        rounds, _ = grading.timing.measure_rounds(spec, lambda index: (run(100 * noisy[index]), run(100)))
         self.assertLessEqual(len(rounds), 4)
         self.assertEqual(dataclasses.replace(self.SPEC, max_rounds=1).round_limit(), 4,
                          "never below two rounds of each order")
@@ -660,8 +667,8 @@ class TestBusyMachine(GraderTestCase):
         self.fake_cli("reference", value=100.0)
         self.fake_cli("student", value=100.0)
         self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5}], throughput=THROUGHPUT)
-        busy = grade.Run([100.0], 1.0, 1.0, 1.95)
-        with mock.patch.object(grade, "timed_run", return_value=busy):
+        busy = grading.timing.Run([100.0], 1.0, 1.0, 1.95)
+        with mock.patch.object(grading.timing, "timed_run", return_value=busy):
             return self.grade(*flags)
 
     def test_the_speed_scores_zero_of_zero_and_says_why(self):
@@ -688,15 +695,15 @@ class TestBusyMachine(GraderTestCase):
 class TestThroughputCurve(unittest.TestCase):
 
     def test_curve(self):
-        spec = grade.Throughput("speed", 10, ["bench"], "m", full_ratio=0.8, zero_ratio=0.2)
-        self.assertEqual(grade.throughput_points(1.5, spec), 10)
-        self.assertEqual(grade.throughput_points(0.8, spec), 10)
-        self.assertAlmostEqual(grade.throughput_points(0.5, spec), 5)
-        self.assertEqual(grade.throughput_points(0.2, spec), 0)
-        self.assertEqual(grade.throughput_points(0.0, spec), 0)
+        spec = grading.manifest.Throughput("speed", 10, ["bench"], "m", full_ratio=0.8, zero_ratio=0.2)
+        self.assertEqual(grading.timing.throughput_points(1.5, spec), 10)
+        self.assertEqual(grading.timing.throughput_points(0.8, spec), 10)
+        self.assertAlmostEqual(grading.timing.throughput_points(0.5, spec), 5)
+        self.assertEqual(grading.timing.throughput_points(0.2, spec), 0)
+        self.assertEqual(grading.timing.throughput_points(0.0, spec), 0)
 
 
-# A throughput program look-alike (Lab 8's tools/gemv_speed.cpp): times both kernels itself.
+# A throughput program look-alike (Lab 8's tools/labkit/gemv_speed.cpp): times both kernels itself.
 FAKE_PROGRAM = r'''#!{python}
 import json, sys
 
@@ -740,8 +747,8 @@ class TestThroughputProgram(GraderTestCase):
 
     def test_program_needs_a_reference_metric(self):
         bad = {k: v for k, v in PROGRAM_THROUGHPUT.items() if k != "reference_metric"}
-        with self.assertRaises(grade.ManifestError):
-            grade.parse_manifest({"lab": 1, "name": "fake", "throughput": bad,
+        with self.assertRaises(grading.manifest.ManifestError):
+            grading.manifest.parse_manifest({"lab": 1, "name": "fake", "throughput": bad,
                                   "groups": [{"name": "N", "filter": "N.*", "points": 1}]}, 1, self.dir)
 
 
@@ -800,15 +807,15 @@ class TestResultsFile(GraderTestCase):
     def test_written_when_the_grader_breaks(self):
         self.fake_tests({"Norm.A": "pass"})
         self.write_manifest([{"name": "Norm", "filter": "Norm.*", "points": 5}])
-        original = grade.grade_tests
+        original = grading.cli.grade_tests  # the stage as the command calls it
 
         def broken(*_):
             raise RuntimeError("grader bug")
-        grade.grade_tests = broken
+        grading.cli.grade_tests = broken
         try:
             code, results, _, stderr = self.grade()
         finally:
-            grade.grade_tests = original
+            grading.cli.grade_tests = original
         self.assertEqual(code, 2)
         self.assertEqual([t["name"] for t in results["tests"]], ["grader error"])
         self.assertEqual((results["score"], results["max_score"]), (0, 5))
@@ -839,12 +846,13 @@ class TestResultsFile(GraderTestCase):
                "bad args": dict(good, throughput=dict(THROUGHPUT, args="bench")),
                "ratios reversed": dict(good, throughput=dict(THROUGHPUT, zero_ratio=0.9, full_ratio=0.5)),
                "zero repetitions": dict(good, throughput=dict(THROUGHPUT, repetitions=0))}
-        self.assertEqual(grade.parse_manifest(good, 1, self.dir).max_score, 5)
-        self.assertEqual(grade.parse_manifest(dict(good, throughput=THROUGHPUT), 1, self.dir).max_score, 15)
+        parse_manifest = grading.manifest.parse_manifest
+        self.assertEqual(parse_manifest(good, 1, self.dir).max_score, 5)
+        self.assertEqual(parse_manifest(dict(good, throughput=THROUGHPUT), 1, self.dir).max_score, 15)
         for why, manifest in bad.items():
             with self.subTest(why):
-                with self.assertRaises(grade.ManifestError) as caught:
-                    grade.parse_manifest(manifest, 1, self.dir)
+                with self.assertRaises(grading.manifest.ManifestError) as caught:
+                    grading.manifest.parse_manifest(manifest, 1, self.dir)
                 self.assertNotIn("\n", str(caught.exception))
 
 
@@ -884,7 +892,7 @@ class TestGpuTrack(GraderTestCase):
         self.fake_tests({"Norm.A": "skip", "Softmax.B": "skip", "Other.C": "pass"})
         self.write_manifest(self.GROUPS, track="cuda")
         code, results, stdout, _ = self.grade_cuda("--min-score", "100")
-        self.assertEqual(code, grade.NOT_GRADED_EXIT)
+        self.assertEqual(code, grading.cli.NOT_GRADED_EXIT)
         self.assertEqual((results["score"], results["max_score"]), (0, 0))
         self.assertEqual([t["name"] for t in results["tests"]], ["not graded"])
         self.assertIn("no usable GPU: fake driver is missing", results["tests"][0]["output"])
@@ -934,7 +942,7 @@ class TestGpuTrack(GraderTestCase):
                 with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(io.StringIO()):
                     code = grade.main(["--lab", "1", "--track", "cuda", "--manifest", str(self.manifest),
                                        "--out", str(self.out), "--build-dir", str(build)])
-                self.assertEqual(code, grade.NOT_GRADED_EXIT)
+                self.assertEqual(code, grading.cli.NOT_GRADED_EXIT)
                 self.assertIn(reason, stdout.getvalue().splitlines()[-1])
                 self.assertEqual(json.loads(self.out.read_text())["max_score"], 0)
 

@@ -36,8 +36,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.dont_write_bytecode = True  # keep tools/ free of __pycache__
-sys.path.insert(0, str(REPO_ROOT / "tools"))
-from grade import matches_filter  # noqa: E402  (the grader's own filter matching)
+sys.path.insert(0, str(REPO_ROOT / "tools" / "labkit"))
+from grading.gtest import matches_filter  # noqa: E402  (the grader's own filter matching)
 
 TEST_MACRO = re.compile(r"^\s*TEST(?:_F)?\(\s*(\w+)\s*,\s*(\w+)\s*\)", re.MULTILINE)
 PARAMETERIZED = re.compile(r"^\s*(?:TEST_P|TYPED_TEST|TYPED_TEST_P)\(", re.MULTILINE)

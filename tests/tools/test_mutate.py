@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""test_mutate.py — unit tests of the mutation runner, tools/mutate.py.
+"""test_mutate.py — unit tests of the mutation runner, tools/labkit/mutate.py.
 
 The mutants it makes from small solution regions written here: which
 mutations each operator makes, what it leaves alone (comments, strings,
@@ -14,7 +14,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.dont_write_bytecode = True
-sys.path.insert(0, str(REPO_ROOT / "tools"))
+sys.path.insert(0, str(REPO_ROOT / "tools" / "labkit"))
 import mutate  # noqa: E402  (the module under test)
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""test_student_release.py — the student release (tools/student_release.py) holds no solution.
+"""test_student_release.py — the student release (tools/labkit/student_release.py) holds no solution.
 
 Part of the lab framework (docs/teaching.md). Two runs:
 
@@ -42,7 +42,7 @@ import tempfile
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("student_release",
-                                               REPO / "tools" / "student_release.py")
+                                               REPO / "tools" / "labkit" / "student_release.py")
 student_release = importlib.util.module_from_spec(_spec)
 sys.modules["student_release"] = student_release
 _spec.loader.exec_module(student_release)
@@ -54,7 +54,7 @@ def fail(message):
 
 
 def cut(out, build_dir, build=False):
-    command = [sys.executable, str(REPO / "tools" / "student_release.py"), "--out", str(out),
+    command = [sys.executable, str(REPO / "tools" / "labkit" / "student_release.py"), "--out", str(out),
                "--build-dir", str(build_dir)]
     if not build:
         command.append("--no-build")
@@ -84,7 +84,7 @@ def check_contents(release):
     if leaked:
         fail(f"instructor-only files in the release: {leaked[:5]}")
     if (release / "README.md").read_bytes() != (REPO / student_release.STUDENT_README).read_bytes():
-        fail("README.md is not the students' (tools/release/README.md)")
+        fail("README.md is not the students' (tools/labkit/release/README.md)")
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, text=True,
                             capture_output=True).stdout.strip()
     if commit not in (release / "RELEASE").read_text():
@@ -191,7 +191,7 @@ def paste_and_check(release, line, label):
     original = handout.read_text()
     handout.write_text(original + f"\n```cpp\n    {line}\n```\n")
     try:
-        done = subprocess.run([sys.executable, str(REPO / "tools" / "student_release.py"),
+        done = subprocess.run([sys.executable, str(REPO / "tools" / "labkit" / "student_release.py"),
                                "--leak-check", str(release)], text=True, capture_output=True)
     finally:
         handout.write_text(original)

@@ -1,6 +1,6 @@
-# tests/tools/tests.cmake — tests of the lab skeleton generator (tools/make_skeletons.py),
-# of the student release cut from it (tools/student_release.py) and of the course's
-# Gradescope autograder (tools/autograder/).
+# tests/tools/tests.cmake — tests of the lab skeleton generator (tools/labkit/make_skeletons.py),
+# of the student release cut from it (tools/labkit/student_release.py) and of the course's
+# Gradescope autograder (tools/labkit/autograder/).
 #
 # Part of the lab framework (all labs; docs/teaching.md). Included from the top
 # CMakeLists.txt. They need only the Python standard library, git, ar and
@@ -21,7 +21,7 @@
 #   student_release_proof     (label "slow") that release built from scratch:
 #                             make run chats, every lab's skeleton grades 0 and
 #                             the instructor's solutions copied in grade 100
-#   autograder_lab05          Lab 5's Gradescope autograder zip (tools/autograder/),
+#   autograder_lab05          Lab 5's Gradescope autograder zip (tools/labkit/autograder/),
 #                             unpacked in a scratch /autograder: run_autograder places
 #                             the skeleton, the reference and a planted bug (on this
 #                             build's binaries of them) and a failing build; each
@@ -38,7 +38,7 @@ elseif(Python3_Interpreter_FOUND)
   add_test(NAME make_skeletons_selftest
     COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/tests/tools/test_make_skeletons.py)
   add_test(NAME make_skeletons_check
-    COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/tools/make_skeletons.py --check)
+    COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/tools/labkit/make_skeletons.py --check)
   add_test(NAME lab_manifests_grade_every_test
     COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/tests/tools/test_lab_coverage.py)
   set_tests_properties(make_skeletons_selftest make_skeletons_check lab_manifests_grade_every_test
