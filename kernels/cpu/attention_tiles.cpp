@@ -6,11 +6,7 @@
 #include <limits>
 
 #include "kernels/cpu/cpu_features.h"
-
-#if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
-#define SERVELAB_X86 1
-#endif
+#include "kernels/cpu/simd.h"
 
 namespace servelab {
 namespace {
@@ -64,12 +60,7 @@ float max_of_plain(const float* x, int64_t n) {
 #if SERVELAB_X86
 // GCC 12 warns inside its own AVX-512 headers (the reductions' undefined
 // upper halves); the values are never read.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#define SERVELAB_AVX512 __attribute__((target("avx2,fma,avx512f,avx512dq,avx512bw,avx512vl")))
+SERVELAB_BEGIN_AVX512_SECTION
 
 // e^x, 16 at a time: e^x = 2^n · e^r with n = round(x / ln 2) and |r| <= ln(2) / 2,
 // e^r by its Taylor polynomial to r^6 (remainder under 2e-7 relative: float's
@@ -271,9 +262,7 @@ SERVELAB_AVX512 void tile_accumulate_avx512(const float* weights, const int64_t*
         for (int v = 0; v < kVecs; ++v) _mm512_storeu_ps(out + r * d + 16 * v, a[v]);
     }
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+SERVELAB_END_AVX512_SECTION
 #endif  // SERVELAB_X86
 
 bool runs_avx512() {

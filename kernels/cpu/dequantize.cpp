@@ -40,10 +40,6 @@ uint32_t float_to_bits(float f) {
     return bits;
 }
 
-float load_fp16(const uint8_t* p) {
-    return fp16_to_float(load_u16(p));
-}
-
 // ---- 32-value blocks -------------------------------------------------------
 
 // Q8_0 (34 bytes): fp16 d, then 32 int8 codes q; x = q * d.

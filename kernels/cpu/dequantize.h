@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "reference/model/gguf_types.h"
+#include "kernels/cpu/ggml_types.h"
 
 namespace servelab {
 
@@ -24,5 +24,10 @@ float fp16_to_float(uint16_t h);
 uint16_t float_to_fp16(float f);  // round to nearest even
 float bf16_to_float(uint16_t h);
 uint16_t float_to_bf16(float f);  // round to nearest even
+
+// The fp16 stored at p (a block's d or m, little-endian, any alignment) as a float.
+inline float load_fp16(const uint8_t* p) {
+    return fp16_to_float(uint16_t(p[0] | (p[1] << 8)));
+}
 
 }  // namespace servelab

@@ -15,13 +15,9 @@
 #include <algorithm>
 #include <vector>
 
-#if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
-#define SERVELAB_X86 1
-#endif
-
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/simd.h"
 #include "reference/common/error.h"
 
 namespace servelab {
@@ -29,10 +25,6 @@ namespace {
 
 constexpr int kBlock = 32;  // weights per Q8_0 / Q4_0 / Q4_1 block
 constexpr int kTile = 4;    // tokens that share one decoded block
-
-float load_fp16(const uint8_t* p) {
-    return fp16_to_float(uint16_t(p[0] | (p[1] << 8)));
-}
 
 // ---- portable kernels --------------------------------------------------------
 // Each adds one block's Σ w_i·x_t[i] to acc[t] for `tokens` token rows.
@@ -100,18 +92,7 @@ void row_portable(const uint8_t* row, int64_t num_blocks, int64_t block_bytes,
 // ---- AVX2 + FMA kernels ------------------------------------------------------
 // The same sums with 8 lanes: a block is 4 vectors of 8 weights. Per token
 // the accumulator stays a vector across the whole row; one horizontal sum at
-// the end of the row.
-#define SERVELAB_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-SERVELAB_AVX2 inline float fp16_avx2(const uint8_t* p) {
-    return _cvtsh_ss(uint16_t(p[0] | (p[1] << 8)));
-}
-
-SERVELAB_AVX2 inline float horizontal_sum(__m256 v) {
-    const __m128 pairs = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    const __m128 quads = _mm_add_ps(pairs, _mm_movehl_ps(pairs, pairs));
-    return _mm_cvtss_f32(_mm_add_ss(quads, _mm_shuffle_ps(quads, quads, 1)));
-}
+// the end of the row (SERVELAB_AVX2 and the helpers: kernels/cpu/simd.h).
 
 // 16 bytes of nibbles → the 32 codes as 4 vectors of floats, in weight order.
 SERVELAB_AVX2 inline void unpack_nibbles_avx2(const uint8_t* qs, __m256 codes[4]) {
@@ -165,18 +146,18 @@ SERVELAB_AVX2 void row_avx2(const uint8_t* row, int64_t num_blocks, const float*
         if constexpr (type == GgmlType::kQ4_1) {
             const uint8_t* block = row + b * 20;
             unpack_nibbles_avx2(block + 4, codes);
-            accumulate_avx2<kTokens, true>(codes, fp16_avx2(block), fp16_avx2(block + 2), x, offset,
-                                           acc);
+            accumulate_avx2<kTokens, true>(codes, load_fp16_avx2(block), load_fp16_avx2(block + 2),
+                                           x, offset, acc);
         } else if constexpr (type == GgmlType::kQ4_0) {
             const uint8_t* block = row + b * 18;
             unpack_nibbles_avx2(block + 2, codes);
-            const float d = fp16_avx2(block);
+            const float d = load_fp16_avx2(block);
             accumulate_avx2<kTokens, true>(codes, d, -8.0f * d, x, offset, acc);
         } else {
             static_assert(type == GgmlType::kQ8_0);
             const uint8_t* block = row + b * 34;
             unpack_q8_avx2(block + 2, codes);
-            accumulate_avx2<kTokens, false>(codes, fp16_avx2(block), 0.0f, x, offset, acc);
+            accumulate_avx2<kTokens, false>(codes, load_fp16_avx2(block), 0.0f, x, offset, acc);
         }
     }
     for (int t = 0; t < kTokens; ++t) out[t] = horizontal_sum(acc[t]);

@@ -19,7 +19,7 @@
 
 #include <cstdint>
 
-#include "reference/model/gguf_types.h"
+#include "kernels/cpu/ggml_types.h"
 
 namespace servelab {
 

@@ -4,23 +4,15 @@
 #include <algorithm>
 #include <cmath>
 
-#if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
-#define SERVELAB_X86 1
-#endif
-
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/simd.h"
 #include "reference/common/error.h"
 
 namespace servelab {
 namespace {
 
 constexpr int kBlock = 32;
-
-float load_fp16(const uint8_t* p) {
-    return fp16_to_float(uint16_t(p[0] | (p[1] << 8)));
-}
 
 // The block's scale d, offset m (Q4_0: −8d, Q8_0: 0) and where its codes start.
 struct BlockHeader {
@@ -58,9 +50,8 @@ int32_t block_code_dot_portable(GgmlType type, const uint8_t* codes, const int8_
 
 #ifdef SERVELAB_X86
 // Each x86 kernel is compiled for the instructions it names and called only
-// when the CPU has them (cpu_has_avx2 / cpu_has_avx_vnni below).
-#define SERVELAB_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define SERVELAB_AVX_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+// when the CPU has them (cpu_has_avx2 / cpu_has_avx_vnni below); the target
+// attributes and the helpers they share are in kernels/cpu/simd.h.
 
 // The block's weight codes as 32 unsigned bytes in activation order (Q4:
 // low nibbles are values 0–15, high nibbles 16–31) or, for Q8_0, as signed.
@@ -94,16 +85,6 @@ SERVELAB_AVX_VNNI inline __m256i block_dot(__m256i w, __m256i c) {
     }
 }
 
-SERVELAB_AVX2 inline float horizontal_sum(__m256 v) {
-    const __m128 pairs = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    const __m128 quads = _mm_add_ps(pairs, _mm_movehl_ps(pairs, pairs));
-    return _mm_cvtss_f32(_mm_add_ss(quads, _mm_shuffle_ps(quads, quads, 1)));
-}
-
-SERVELAB_AVX2 inline float fp16_at(const uint8_t* p) {
-    return _cvtsh_ss(uint16_t(p[0] | (p[1] << 8)));
-}
-
 // A tile of outputs: kRows weight rows (row_bytes apart) × kTokens tokens
 // (their codes cols apart). Each block of weight codes is unpacked once for
 // all kTokens tokens and each block of activation codes loaded once for all
@@ -129,7 +110,7 @@ SERVELAB_AVX_VNNI void tile_dot(const uint8_t* rows, int64_t row_bytes, int64_t 
         }
         for (int i = 0; i < kRows; ++i) {
             const uint8_t* block = rows + i * row_bytes + b * kBlockBytes;
-            const float d = fp16_at(block);
+            const float d = load_fp16_avx2(block);
             const __m256i w = load_codes_avx2<kType>(block + kCodesAt);
             for (int t = 0; t < kTokens; ++t) {
                 const __m256i dot = block_dot<kType, kVnni>(w, c[t]);
@@ -147,8 +128,8 @@ SERVELAB_AVX_VNNI void tile_dot(const uint8_t* rows, int64_t row_bytes, int64_t 
         for (int64_t b = 0; b < num_blocks; ++b) {
             for (int i = 0; i < kRows; ++i) {
                 const uint8_t* block = rows + i * row_bytes + b * kBlockBytes;
-                const float m =
-                    kType == GgmlType::kQ4_1 ? fp16_at(block + 2) : -8.0f * fp16_at(block);
+                const float m = kType == GgmlType::kQ4_1 ? load_fp16_avx2(block + 2)
+                                                         : -8.0f * load_fp16_avx2(block);
                 for (int t = 0; t < kTokens; ++t)
                     offset[i][t] += m * scaled_sums[t * num_blocks + b];
             }
@@ -161,16 +142,7 @@ SERVELAB_AVX_VNNI void tile_dot(const uint8_t* rows, int64_t row_bytes, int64_t 
     }
 }
 
-// GCC 12's AVX-512 intrinsics fill lanes they overwrite anyway with
-// _mm512_undefined_*(), and -Wuninitialized reports those as read (a false
-// positive, in the compiler's own headers); quiet it for this section only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#define SERVELAB_AVX512_VNNI \
-    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+SERVELAB_BEGIN_AVX512_SECTION
 
 // AVX-512 VNNI: two blocks per instruction. Each 512-bit dpbusd multiplies
 // 64 weight codes by 64 activation codes; lanes 0–7 hold block b's sums,
@@ -219,8 +191,8 @@ SERVELAB_AVX512_VNNI void tile_dot_512(const uint8_t* rows, int64_t row_bytes, i
             const uint8_t* block = rows + i * row_bytes + b * kBlockBytes;
             const __m512i w = load_two_blocks_512<kType>(block, block + kBlockBytes);
             const __m512 d =
-                _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_set1_ps(fp16_at(block))),
-                                   _mm256_set1_ps(fp16_at(block + kBlockBytes)), 1);
+                _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_set1_ps(load_fp16_avx2(block))),
+                                   _mm256_set1_ps(load_fp16_avx2(block + kBlockBytes)), 1);
             for (int t = 0; t < kTokens; ++t) {
                 const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, c[t]);
                 acc[i][t] = _mm512_fmadd_ps(_mm512_mul_ps(d, token_scales[t]),
@@ -232,9 +204,9 @@ SERVELAB_AVX512_VNNI void tile_dot_512(const uint8_t* rows, int64_t row_bytes, i
     for (int64_t b = 0; b < num_blocks; ++b) {
         for (int i = 0; i < kRows; ++i) {
             const uint8_t* block = rows + i * row_bytes + b * kBlockBytes;
-            const float m = kType == GgmlType::kQ4_1   ? fp16_at(block + 2)
-                            : kType == GgmlType::kQ4_0 ? -8.0f * fp16_at(block)
-                                                       : -128.0f * fp16_at(block);
+            const float m = kType == GgmlType::kQ4_1   ? load_fp16_avx2(block + 2)
+                            : kType == GgmlType::kQ4_0 ? -8.0f * load_fp16_avx2(block)
+                                                       : -128.0f * load_fp16_avx2(block);
             for (int t = 0; t < kTokens; ++t) offset[i][t] += m * scaled_sums[t * num_blocks + b];
         }
     }
@@ -309,9 +281,7 @@ SERVELAB_AVX512_VNNI void rows_range_512(const QuantizedActivations& x, const Qu
     for (; r + 4 <= row_end; r += 4) rows_all_tokens_512<kType, 4, 4>(x, w, y, r);
     for (; r < row_end; ++r) rows_all_tokens_512<kType, 1, 4>(x, w, y, r);
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+SERVELAB_END_AVX512_SECTION
 
 using RowsRangeKernel = void (*)(const QuantizedActivations&, const QuantMatrix&, float*, int64_t,
                                  int64_t);
@@ -370,11 +340,7 @@ void quantize_block(const float* values, int8_t* codes, float* scale, float* sca
 }
 
 #ifdef SERVELAB_X86
-#if defined(__GNUC__) && !defined(__clang__)  // the headers' false positive, as above
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+SERVELAB_BEGIN_AVX512_SECTION
 // The same numbers, 16 lanes at a time (cvtps rounds to nearest even, as
 // nearbyint does in the default rounding mode).
 SERVELAB_AVX512_VNNI void quantize_block_avx512(const float* values, int8_t* codes, float* scale,
@@ -390,9 +356,7 @@ SERVELAB_AVX512_VNNI void quantize_block_avx512(const float* values, int8_t* cod
     *scale = d;
     *scaled_sum = d * float(_mm512_reduce_add_epi32(_mm512_add_epi32(c0, c1)));
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+SERVELAB_END_AVX512_SECTION
 #endif
 
 float row_dot_portable(GgmlType type, const uint8_t* row, int64_t num_blocks, int64_t block_bytes,

@@ -6,13 +6,9 @@
 #include <algorithm>
 #include <cstring>
 
-#if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
-#define SERVELAB_X86 1
-#endif
-
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/simd.h"
 #include "reference/common/error.h"
 
 namespace servelab {
@@ -53,10 +49,6 @@ void block_codes(GgmlType type, const uint8_t* block, uint8_t codes[kBlock]) {
     }
 }
 
-float fp16_at(const uint8_t* p) {
-    return fp16_to_float(uint16_t(p[0] | (p[1] << 8)));
-}
-
 // The code of row r, column i (0..31) of one group block, as stored.
 int32_t stored_code(GgmlType type, const uint8_t* codes, int r, int i) {
     if (type == GgmlType::kQ8_0) return codes[64 * (i / 4) + 4 * r + i % 4];
@@ -83,8 +75,8 @@ void rows_portable(const QuantizedActivations& x, const RepackedMatrix& w, float
                     for (int i = 0; i < kBlock; ++i) {
                         dot += stored_code(w.type, gb + layout.codes_at, r, i) * c[b * kBlock + i];
                     }
-                    const float d = fp16_at(gb + 2 * r);
-                    const float m = w.type == GgmlType::kQ4_1 ? fp16_at(gb + layout.m_at + 2 * r)
+                    const float d = load_fp16(gb + 2 * r);
+                    const float m = w.type == GgmlType::kQ4_1 ? load_fp16(gb + layout.m_at + 2 * r)
                                                               : layout.offset_code * d;
                     const int64_t at = t * num_blocks + b;
                     sum += d * x.scales[size_t(at)] * float(dot) + m * x.scaled_sums[size_t(at)];
@@ -96,13 +88,7 @@ void rows_portable(const QuantizedActivations& x, const RepackedMatrix& w, float
 }
 
 #ifdef SERVELAB_X86
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#define SERVELAB_AVX512_VNNI \
-    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+SERVELAB_BEGIN_AVX512_SECTION
 
 SERVELAB_AVX512_VNNI inline __m512i broadcast_quad(const int8_t* codes) {
     int32_t quad;
@@ -189,9 +175,7 @@ SERVELAB_AVX512_VNNI void rows_avx512(const QuantizedActivations& x, const Repac
         if (t < x.num_tokens) tile(std::integral_constant<int, 1>{});
     }
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+SERVELAB_END_AVX512_SECTION
 #endif  // SERVELAB_X86
 
 }  // namespace

@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 
+#include "reference/chat/chat_format.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
 #include "reference/cli/machine_info.h"
@@ -38,7 +39,6 @@
 #include "reference/engine/engine.h"
 #include "reference/engine/request_builder.h"
 #include "reference/experiments/serving_metrics.h"
-#include "reference/model/chat_format.h"
 #include "reference/speculative/model_drafter.h"
 
 namespace servelab::cli {

@@ -18,13 +18,13 @@
 #include <iostream>
 #include <memory>
 
+#include "reference/chat/chat_format.h"
 #include "reference/cli/cli_generator.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
 #include "reference/cli/tensor_parallel_ranks.h"
 #include "reference/engine/generator.h"
 #include "reference/engine/request_builder.h"
-#include "reference/model/chat_format.h"
 
 namespace servelab::cli {
 namespace {

@@ -16,11 +16,11 @@
 #include <memory>
 #include <optional>
 
+#include "reference/chat/chat_format.h"
+#include "reference/chat/chat_template.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
 #include "reference/kv/kv_budget.h"
-#include "reference/model/chat_format.h"
-#include "reference/model/chat_template.h"
 #include "reference/model/gguf_reader.h"
 #include "reference/model/model_config.h"
 #include "reference/model/model_weights.h"

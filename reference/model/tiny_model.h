@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "reference/model/gguf_types.h"
+#include "kernels/cpu/ggml_types.h"
 
 namespace servelab {
 

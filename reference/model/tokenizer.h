@@ -55,7 +55,8 @@ class Tokenizer {
     // encode(text, /*parse_special=*/true), except that a control token's
     // text overlapping one of `plain_spans` stays plain text: how a chat
     // prompt keeps text that came from a message from spelling the
-    // template's control tokens (chat_format.h). Without spans it is encode(text, true).
+    // template's control tokens (reference/chat/chat_format.h). Without spans
+    // it is encode(text, true).
     std::vector<TokenId> encode_with_plain_spans(std::string_view text,
                                                  std::span<const TextSpan> plain_spans) const;
     // The texts encode(..., true) turns into control (or unknown) tokens.

@@ -14,9 +14,9 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/ggml_types.h"
 #include "kernels/cpu/quant_matmul.h"
 #include "kernels/cpu/quant_matmul_repacked.h"
-#include "reference/model/gguf_types.h"
 
 namespace servelab {
 

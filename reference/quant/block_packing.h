@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "reference/model/gguf_types.h"
+#include "kernels/cpu/ggml_types.h"
 #include "reference/quant/group_quantizer.h"
 
 namespace servelab {

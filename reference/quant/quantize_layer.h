@@ -21,8 +21,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/cpu/ggml_types.h"
 #include "reference/engine/activation_observer.h"
-#include "reference/model/gguf_types.h"
 #include "reference/model/model_config.h"
 #include "reference/quant/calibration.h"
 #include "reference/quant/gptq.h"

@@ -27,8 +27,8 @@
 #include <memory>
 #include <string>
 
+#include "reference/chat/chat_format.h"
 #include "reference/engine/request_builder.h"
-#include "reference/model/chat_format.h"
 #include "reference/model/model.h"
 #include "reference/server/engine_loop.h"
 #include "reference/server/openai_protocol.h"

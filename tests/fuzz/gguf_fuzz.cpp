@@ -11,7 +11,8 @@
 // Build (this exact file list, also used by CMake's "fuzz" preset):
 //   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -I. \
 //     tests/fuzz/gguf_fuzz.cpp reference/model/gguf_reader.cpp \
-//     reference/model/gguf_types.cpp kernels/cpu/dequantize.cpp -o gguf_fuzz
+//     reference/model/gguf_types.cpp kernels/cpu/ggml_types.cpp \
+//     kernels/cpu/dequantize.cpp -o gguf_fuzz
 // Run:  ./gguf_fuzz -max_total_time=60 tests/fuzz/corpus
 // The seed corpus in tests/fuzz/corpus is written by the unit test
 // FuzzCorpus.DISABLED_Regenerate (tests/unit/gguf_writer_test.cpp).

@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include "reference/model/chat_format.h"
-#include "reference/model/chat_template.h"
+#include "reference/chat/chat_format.h"
+#include "reference/chat/chat_template.h"
 #include "reference/model/gguf_reader.h"
 #include "tests/unit/test_util.h"
 

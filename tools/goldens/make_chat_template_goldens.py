@@ -3,7 +3,7 @@
 
 Part of the model loader (all labs; chapter 11, serving: chat templates).
 servelab renders a GGUF's tokenizer.chat_template with its own small Jinja
-interpreter (reference/model/chat_template.h) and promises the prompt
+interpreter (reference/chat/chat_template.h) and promises the prompt
 Hugging Face's apply_chat_template would give, byte for byte. This script
 asks the real thing: Python's jinja2, in the environment apply_chat_template
 builds (transformers' _compile_jinja_template): an ImmutableSandboxedEnvironment

@@ -13,13 +13,9 @@
 #include <algorithm>
 #include <string>
 
-#if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
-#define SERVELAB_X86 1
-#endif
-
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/simd.h"
 #include "reference/common/error.h"
 #include "reference/common/not_implemented.h"
 
@@ -32,10 +28,6 @@ constexpr int kRowsPerPass = 4;      // rows that share each x load (steps 1, 2,
 
 // A 4-bit code as a float by a table load, cheaper than an int-to-float conversion.
 constexpr float kCodeValue[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-
-float load_fp16(const uint8_t* p) {
-    return fp16_to_float(uint16_t(p[0] | (p[1] << 8)));
-}
 
 void check_q4_1(const QuantMatrix& w, const char* step) {
     if (w.type != GgmlType::kQ4_1 || !row_is_whole_blocks(w.type, w.cols) ||
@@ -63,25 +55,14 @@ void rows_unrolled(const float* x, const QuantMatrix& w, int64_t r0, int64_t r1,
 
 #ifdef SERVELAB_X86
 // ---- AVX2 + FMA (steps 3 and 4) ---------------------------------------------
-// Functions compiled for AVX2 whatever the build's -march; they may run only
-// after cpu_has_avx2() said yes.
-#define SERVELAB_AVX2 __attribute__((target("avx2,fma,f16c")))
+// Functions compiled for AVX2 whatever the build's -march (SERVELAB_AVX2,
+// kernels/cpu/simd.h, which also has horizontal_sum and load_fp16_avx2);
+// they may run only after cpu_has_avx2() said yes.
 
 bool cpu_has_avx2() {
     static const bool has =
         __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuid_has_f16c();
     return has;
-}
-
-// fp16 → float in one instruction (F16C); load_fp16 is a portable function call.
-SERVELAB_AVX2 inline float load_fp16_avx2(const uint8_t* p) {
-    return _cvtsh_ss(uint16_t(p[0] | (p[1] << 8)));
-}
-
-SERVELAB_AVX2 inline float horizontal_sum(__m256 v) {
-    const __m128 pairs = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    const __m128 quads = _mm_add_ps(pairs, _mm_movehl_ps(pairs, pairs));
-    return _mm_cvtss_f32(_mm_add_ss(quads, _mm_shuffle_ps(quads, quads, 1)));
 }
 
 // The 16 code bytes of a block → its 32 codes as four vectors of 8 floats, in

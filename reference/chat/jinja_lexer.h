@@ -1,6 +1,6 @@
 // jinja_lexer.h — split a chat template into text and the tokens inside its tags.
 //
-// Part of the model loader (all labs; chapter 11, serving: chat templates).
+// Support code, not an exercise: no lab touches it (chapter 11, serving: chat templates).
 // A template is text with three kinds of tags: {{ expression }} prints,
 // {% statement %} controls, {# comment #} is dropped. Whitespace around tags
 // is settled here, once, with the settings Hugging Face renders chat templates

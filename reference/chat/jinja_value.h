@@ -1,6 +1,6 @@
 // jinja_value.h — the values a chat template computes with, and what they cost.
 //
-// Part of the model loader (all labs; chapter 11, serving: chat templates).
+// Support code, not an exercise: no lab touches it (chapter 11, serving: chat templates).
 // A Jinja template computes with Python values: str, int, bool, None, list
 // and dict, plus Jinja's own Undefined (what a missing variable, key or index
 // gives: it prints as nothing and is false), namespace objects (which a

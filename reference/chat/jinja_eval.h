@@ -1,6 +1,6 @@
 // jinja_eval.h — run a parsed chat template: statements write text, expressions compute values.
 //
-// Part of the model loader (all labs; chapter 11, serving: chat templates).
+// Support code, not an exercise: no lab touches it (chapter 11, serving: chat templates).
 // Variables live in scopes as jinja2's do: the template's top level holds
 // the globals and every {% set %} outside a loop; each iteration of a
 // {% for %} gets a fresh scope for its loop variable, `loop` and its own
@@ -11,8 +11,8 @@
 
 #include <string>
 
-#include "reference/model/jinja_parser.h"
-#include "reference/model/jinja_value.h"
+#include "reference/chat/jinja_parser.h"
+#include "reference/chat/jinja_value.h"
 
 namespace servelab::jinja {
 

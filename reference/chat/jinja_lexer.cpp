@@ -1,13 +1,13 @@
 // jinja_lexer.cpp — text, tags and whitespace control, the way jinja2 lexes them.
 //
-// Part of the model loader (all labs; chapter 11, serving: chat templates).
+// Support code, not an exercise: no lab touches it (chapter 11, serving: chat templates).
 // See jinja_lexer.h. The rules follow jinja2's lexer with Hugging Face's
 // settings; tests/unit/chat_template_test.cpp checks them against jinja2.
-#include "reference/model/jinja_lexer.h"
+#include "reference/chat/jinja_lexer.h"
 
 #include <cctype>
 
-#include "reference/model/jinja_value.h"
+#include "reference/chat/jinja_value.h"
 #include "reference/model/unicode_categories.h"
 
 namespace servelab::jinja {

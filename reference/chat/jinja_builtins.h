@@ -1,6 +1,6 @@
 // jinja_builtins.h — the filters, tests, methods and lookups a chat template may use.
 //
-// Part of the model loader (all labs; chapter 11, serving: chat templates).
+// Support code, not an exercise: no lab touches it (chapter 11, serving: chat templates).
 // Each behaves as its jinja2 (or Python str/dict) namesake does under Hugging
 // Face's chat-template settings, including tojson (Hugging Face's own:
 // json.dumps with ensure_ascii=False). The parser asks is_filter, is_test and
@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "reference/model/jinja_value.h"
+#include "reference/chat/jinja_value.h"
 
 namespace servelab::jinja {
 

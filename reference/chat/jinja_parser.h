@@ -1,6 +1,6 @@
 // jinja_parser.h — the syntax tree of a chat template, and the parser that builds it.
 //
-// Part of the model loader (all labs; chapter 11, serving: chat templates).
+// Support code, not an exercise: no lab touches it (chapter 11, serving: chat templates).
 // The grammar and operator precedence are jinja2's (lowest first):
 //   a if c else b,  or,  and,  not,  == != < <= > >= in, not in,  + -,  ~,
 //   * %,  unary - +,  then postfix .name [i] [a:b:c] (args) and | filter, is test.
@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "reference/model/jinja_value.h"
+#include "reference/chat/jinja_value.h"
 
 namespace servelab::jinja {
 

@@ -1,8 +1,8 @@
 // jinja_value.cpp — Python's rules for the values a chat template computes with.
 //
-// Part of the model loader (all labs; chapter 11, serving: chat templates).
+// Support code, not an exercise: no lab touches it (chapter 11, serving: chat templates).
 // See jinja_value.h.
-#include "reference/model/jinja_value.h"
+#include "reference/chat/jinja_value.h"
 
 #include <algorithm>
 

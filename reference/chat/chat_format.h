@@ -1,11 +1,12 @@
 // chat_format.h — render a conversation as the prompt text, or the token ids,
 // a chat model expects.
 //
-// Part of the model loader (all labs). format_chatml is the fallback for a
-// model whose own template (chat_template.h) is missing or cannot be
-// rendered. encode_chat, whichever template renders, is where a front end
-// decides whether text inside a message may spell the template's control
-// tokens (docs/serving.md, "Special tokens in chat messages").
+// Support code, not an exercise: no lab touches it (chapter 11, serving: chat templates).
+// format_chatml is the fallback for a model whose own template
+// (chat_template.h) is missing or cannot be rendered. encode_chat, whichever
+// template renders, is where a front end decides whether text inside a
+// message may spell the template's control tokens (docs/serving.md,
+// "Special tokens in chat messages").
 #pragma once
 
 #include <functional>

@@ -1,6 +1,6 @@
 // chat_template.h — render a conversation with the model's own chat template.
 //
-// Part of the model loader (all labs; chapter 11, serving: chat templates).
+// Support code, not an exercise: no lab touches it (chapter 11, serving: chat templates).
 // A GGUF file carries its prompt format as a Jinja2 template
 // (tokenizer.chat_template), written for Hugging Face's apply_chat_template.
 // ChatTemplate runs it with a small interpreter for the subset of Jinja that
@@ -17,8 +17,8 @@
 #include <string>
 #include <string_view>
 
+#include "reference/chat/chat_format.h"
 #include "reference/common/error.h"
-#include "reference/model/chat_format.h"
 #include "reference/model/gguf_reader.h"
 #include "reference/model/tokenizer.h"
 

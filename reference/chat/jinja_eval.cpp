@@ -1,12 +1,12 @@
 // jinja_eval.cpp — the interpreter: a walk over the syntax tree.
 //
-// Part of the model loader (all labs; chapter 11, serving: chat templates).
+// Support code, not an exercise: no lab touches it (chapter 11, serving: chat templates).
 // See jinja_eval.h. The tree's height is capped by the parser (kMaxNesting),
 // so this recursion is bounded; the Budget bounds the time and memory spent.
-#include "reference/model/jinja_eval.h"
+#include "reference/chat/jinja_eval.h"
 
-#include "reference/model/jinja_builtins.h"
-#include "reference/model/jinja_lexer.h"
+#include "reference/chat/jinja_builtins.h"
+#include "reference/chat/jinja_lexer.h"
 
 namespace servelab::jinja {
 namespace {
@@ -224,6 +224,51 @@ class Interpreter {
         return args;
     }
 
+    Value eval_list(const Expr& expr) {
+        budget_.list_items(expr.args.size());
+        List items;
+        for (const auto& item : expr.args) items.push_back(eval(*item));
+        return Value::list(std::move(items));
+    }
+
+    // args holds key, value, key, value, ...
+    Value eval_dict(const Expr& expr) {
+        budget_.list_items(expr.args.size());
+        Dict items;
+        for (size_t i = 0; i + 1 < expr.args.size(); i += 2) {
+            const Value key = eval(*expr.args[i]);
+            if (!key.is(Value::Kind::kString))
+                throw Error("dict keys other than str are not supported");
+            assign(items, key.as_string(), eval(*expr.args[i + 1]));
+        }
+        return Value::dict(std::move(items));
+    }
+
+    // Unary - or + (`sign`) of an integer (or bool, as Python allows).
+    Value eval_unary(const std::string& sign, const Value& operand) {
+        if (operand.is_undefined()) throw Error(operand.undefined_reason());
+        if (!operand.is_integer_like()) {
+            throw Error("bad operand type for unary " + sign + ": '" +
+                        std::string(type_name(operand)) + "'");
+        }
+        if (sign == "+") return Value::integer(operand.as_int());
+        return apply_operator("-", Value::integer(0), operand, budget_);
+    }
+
+    // a < b < c is a < b and b < c, each operand evaluated once.
+    Value eval_compare(const Expr& expr) {
+        const auto arg = [&](size_t i) {
+            return expr.args[i] ? eval(*expr.args[i]) : Value::none();
+        };
+        Value left = arg(0);
+        for (size_t i = 0; i < expr.operators.size(); ++i) {
+            Value right = arg(i + 1);
+            if (!compare_op(expr.operators[i], left, right)) return Value::boolean(false);
+            left = std::move(right);
+        }
+        return Value::boolean(true);
+    }
+
     Value eval_node(const Expr& expr) {
         using K = Expr::Kind;
         const auto arg = [&](size_t i) {
@@ -234,23 +279,10 @@ class Interpreter {
                 return expr.value;
             case K::kName:
                 return lookup(expr.name);
-            case K::kList: {
-                budget_.list_items(expr.args.size());
-                List items;
-                for (const auto& item : expr.args) items.push_back(eval(*item));
-                return Value::list(std::move(items));
-            }
-            case K::kDict: {
-                budget_.list_items(expr.args.size());
-                Dict items;
-                for (size_t i = 0; i + 1 < expr.args.size(); i += 2) {
-                    const Value key = eval(*expr.args[i]);
-                    if (!key.is(Value::Kind::kString))
-                        throw Error("dict keys other than str are not supported");
-                    assign(items, key.as_string(), eval(*expr.args[i + 1]));
-                }
-                return Value::dict(std::move(items));
-            }
+            case K::kList:
+                return eval_list(expr);
+            case K::kDict:
+                return eval_dict(expr);
             case K::kAttribute:
                 return get_attribute(arg(0), expr.name);
             case K::kIndex:
@@ -270,16 +302,8 @@ class Interpreter {
             }
             case K::kNot:
                 return Value::boolean(!truthy(arg(0)));
-            case K::kNegate: {
-                const Value operand = arg(0);
-                if (operand.is_undefined()) throw Error(operand.undefined_reason());
-                if (!operand.is_integer_like()) {
-                    throw Error("bad operand type for unary " + expr.name + ": '" +
-                                std::string(type_name(operand)) + "'");
-                }
-                if (expr.name == "+") return Value::integer(operand.as_int());
-                return apply_operator("-", Value::integer(0), operand, budget_);
-            }
+            case K::kNegate:
+                return eval_unary(expr.name, arg(0));
             case K::kBinary: {
                 const Value left = arg(0);
                 return apply_operator(expr.name, left, arg(1), budget_);
@@ -293,16 +317,8 @@ class Interpreter {
                 Value left = arg(0);
                 return truthy(left) ? left : arg(1);
             }
-            case K::kCompare: {
-                // a < b < c is a < b and b < c, each operand evaluated once.
-                Value left = arg(0);
-                for (size_t i = 0; i < expr.operators.size(); ++i) {
-                    Value right = arg(i + 1);
-                    if (!compare_op(expr.operators[i], left, right)) return Value::boolean(false);
-                    left = std::move(right);
-                }
-                return Value::boolean(true);
-            }
+            case K::kCompare:
+                return eval_compare(expr);
             case K::kConditional:
                 if (truthy(arg(0))) return arg(1);
                 return expr.args[2]

@@ -1,13 +1,13 @@
 // chat_template.cpp — the chat template's variables, as apply_chat_template sets them.
 //
-// Part of the model loader (all labs; chapter 11, serving: chat templates).
+// Support code, not an exercise: no lab touches it (chapter 11, serving: chat templates).
 // See chat_template.h.
-#include "reference/model/chat_template.h"
+#include "reference/chat/chat_template.h"
 
 #include <fmt/format.h>
 
-#include "reference/model/jinja_eval.h"
-#include "reference/model/jinja_parser.h"
+#include "reference/chat/jinja_eval.h"
+#include "reference/chat/jinja_parser.h"
 
 namespace servelab {
 

@@ -1,9 +1,9 @@
 // jinja_builtins.cpp — filters, tests, methods, lookups and operators, as Python does them.
 //
-// Part of the model loader (all labs; chapter 11, serving: chat templates).
+// Support code, not an exercise: no lab touches it (chapter 11, serving: chat templates).
 // See jinja_builtins.h. Python strings are sequences of code points, so every
 // position, length and slice here counts code points of the UTF-8 text.
-#include "reference/model/jinja_builtins.h"
+#include "reference/chat/jinja_builtins.h"
 
 #include <algorithm>
 #include <initializer_list>

@@ -1,16 +1,16 @@
 // jinja_parser.cpp — recursive descent over the tokens, one function per precedence level.
 //
-// Part of the model loader (all labs; chapter 11, serving: chat templates).
+// Support code, not an exercise: no lab touches it (chapter 11, serving: chat templates).
 // See jinja_parser.h. Each parse_* function mirrors the jinja2 parser method
 // of the same name, so the trees (and so the results) agree with jinja2's.
-#include "reference/model/jinja_parser.h"
+#include "reference/chat/jinja_parser.h"
 
 #include <algorithm>
 #include <charconv>
 #include <initializer_list>
 
-#include "reference/model/jinja_builtins.h"
-#include "reference/model/jinja_lexer.h"
+#include "reference/chat/jinja_builtins.h"
+#include "reference/chat/jinja_lexer.h"
 
 namespace servelab::jinja {
 namespace {

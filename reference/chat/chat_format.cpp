@@ -1,7 +1,8 @@
 // chat_format.cpp — ChatML prompt rendering, and chat prompts to token ids.
 //
-// Part of the model loader (all labs). See chat_format.h.
-#include "reference/model/chat_format.h"
+// Support code, not an exercise: no lab touches it (chapter 11, serving: chat templates).
+// See chat_format.h.
+#include "reference/chat/chat_format.h"
 
 #include <algorithm>
 #include <charconv>
