@@ -5,33 +5,29 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "reference/server/api_listener.h"
 #include "reference/server/http_listener.h"
-#include "reference/server/openai_responses.h"
+#include "reference/server/request_admission.h"
 #include "reference/server/request_body.h"
-#include "reference/server/request_json.h"
+#include "reference/server/sse_stream.h"
 
 namespace servelab {
 namespace {
 
 using Milliseconds = std::chrono::milliseconds;
+using httplib::ContentReader;
+using HttpRequest = httplib::Request;
+using HttpResponse = httplib::Response;
 
 int64_t unix_seconds() {
     return std::chrono::duration_cast<std::chrono::seconds>(
                std::chrono::system_clock::now().time_since_epoch())
         .count();
-}
-
-// Model output can hold invalid UTF-8 (a random model, a cut-off byte
-// sequence); JSON must not, so such bytes become U+FFFD instead of an error.
-std::string to_text(const nlohmann::json& body) {
-    return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-std::string sse(const nlohmann::json& chunk) {
-    return "data: " + to_text(chunk) + "\n\n";
 }
 
 ApiError overloaded(const std::string& message) {
@@ -48,44 +44,26 @@ class InFlight {
     std::atomic<int64_t>& count_;
 };
 
-bool any_cancelled(const std::vector<GenerationResult>& results) {
+// Each choice's figures (a cancelled one has none), then the request's one
+// outcome. Cut short by the drain timeout, it is answered with
+// finish_reason "cancelled" and counted cancelled.
+void record_whole_outcome(ServerMetrics& metrics, const std::vector<GenerationResult>& results) {
+    bool cut_short = false;
     for (const GenerationResult& result : results) {
-        if (result.finish_reason == FinishReason::kCancelled) return true;
+        if (result.finish_reason == FinishReason::kCancelled) {
+            cut_short = true;
+        } else {
+            metrics.record(result);
+        }
     }
-    return false;
-}
-
-// The one front door's view of an API request (request_builder.h).
-RequestSpec spec_of(const ApiRequest& request) {
-    RequestSpec spec;
-    if (request.chat) {
-        spec.kind = RequestSpec::PromptKind::kChat;
-        spec.messages = request.messages;
-    } else if (!request.prompt_ids.empty()) {
-        spec.kind = RequestSpec::PromptKind::kTokenIds;
-        spec.token_ids = request.prompt_ids;
+    if (cut_short) {
+        metrics.record_request_cancelled();
     } else {
-        spec.kind = RequestSpec::PromptKind::kText;
-        spec.text = request.prompt_text;
+        metrics.record_request_success();
     }
-    spec.params = request.params;
-    spec.max_tokens_given = request.max_tokens_given;
-    spec.num_completions = request.n;
-    return spec;
 }
 
 }  // namespace
-
-OpenAiServer::ModelRoute::ModelRoute(const ServedModel& served,
-                                     const RequestBuilderOptions& requests)
-    : name(served.name),
-      loop(*served.loop),
-      tokenizer(served.model->tokenizer),
-      builder(*served.model, requests) {
-    limits.model_name = served.name;
-    limits.context_length = builder.context_length();
-    limits.vocab_size = served.model->config.vocab_size;
-}
 
 OpenAiServer::OpenAiServer(const std::vector<ServedModel>& models, ServerOptions options)
     : options_(std::move(options)) {
@@ -113,10 +91,14 @@ OpenAiServer::OpenAiServer(const std::vector<ServedModel>& models, ServerOptions
 OpenAiServer::~OpenAiServer() = default;
 
 void OpenAiServer::add_routes() {
-    using httplib::ContentReader;
-    using httplib::Request;
-    using httplib::Response;
-    http_->set_pre_routing_handler([this](const Request& request, Response& response) {
+    add_api_key_check();
+    add_info_routes();
+    add_generation_routes();
+    add_fallback_routes();  // last: their ".*" matches every path
+}
+
+void OpenAiServer::add_api_key_check() {
+    http_->set_pre_routing_handler([this](const HttpRequest& request, HttpResponse& response) {
         if (options_.api_key.empty() || request.path.rfind("/v1/", 0) != 0) {
             return httplib::Server::HandlerResponse::Unhandled;
         }
@@ -129,12 +111,15 @@ void OpenAiServer::add_routes() {
         }
         return httplib::Server::HandlerResponse::Unhandled;
     });
-    http_->Get("/health", [this](const Request&, Response& response) {
+}
+
+void OpenAiServer::add_info_routes() {
+    http_->Get("/health", [this](const HttpRequest&, HttpResponse& response) {
         response.status = draining_ ? 503 : 200;
         response.set_content(draining_ ? R"({"status":"draining"})" : R"({"status":"ok"})",
                              "application/json");
     });
-    http_->Get("/v1/models", [this](const Request&, Response& response) {
+    http_->Get("/v1/models", [this](const HttpRequest&, HttpResponse& response) {
         nlohmann::json data = nlohmann::json::array();
         for (const auto& route : models_) {
             data.push_back({{"id", route->name},
@@ -142,9 +127,10 @@ void OpenAiServer::add_routes() {
                             {"created", unix_seconds()},
                             {"owned_by", "servelab"}});
         }
-        response.set_content(to_text({{"object", "list"}, {"data", data}}), "application/json");
+        response.set_content(response_text({{"object", "list"}, {"data", data}}),
+                             "application/json");
     });
-    http_->Get("/metrics", [this](const Request&, Response& response) {
+    http_->Get("/metrics", [this](const HttpRequest&, HttpResponse& response) {
         MetricFamilies families;
         for (const auto& route : models_) {
             route->metrics.collect(route->loop.stats(), model_label(route->name), families);
@@ -152,31 +138,38 @@ void OpenAiServer::add_routes() {
         http_metrics_.collect(families);
         response.set_content(families.render(), "text/plain; version=0.0.4");
     });
+}
+
+void OpenAiServer::add_generation_routes() {
     using WithReader = httplib::Server::HandlerWithContentReader;
-    http_->Post("/v1/completions", WithReader([this](const Request& request, Response& response,
-                                                     const ContentReader& reader) {
+    http_->Post("/v1/completions",
+                WithReader([this](const HttpRequest& request, HttpResponse& response,
+                                  const ContentReader& reader) {
                     handle_generation(request, response, reader, false);
                 }));
-    http_->Post(
-        "/v1/chat/completions",
-        WithReader([this](const Request& request, Response& response, const ContentReader& reader) {
-            handle_generation(request, response, reader, true);
-        }));
+    http_->Post("/v1/chat/completions",
+                WithReader([this](const HttpRequest& request, HttpResponse& response,
+                                  const ContentReader& reader) {
+                    handle_generation(request, response, reader, true);
+                }));
+}
+
+void OpenAiServer::add_fallback_routes() {
     // Every other route that may carry a body is answered without reading
     // it: left to the library, a chunked body would be read whole into
     // memory before the 404, whatever its size.
-    const WithReader no_such_route = [this](const Request& request, Response& response,
-                                            const ContentReader&) {
-        send_error(response, {404, "invalid_request_error", "no such route", "", ""});
-        close_after(request, response);
-    };
+    const httplib::Server::HandlerWithContentReader no_such_route =
+        [this](const HttpRequest& request, HttpResponse& response, const ContentReader&) {
+            send_error(response, {404, "invalid_request_error", "no such route", "", ""});
+            close_after(request, response);
+        };
     http_->Post(".*", no_such_route);
     http_->Put(".*", no_such_route);
     http_->Patch(".*", no_such_route);
     http_->Delete(".*", no_such_route);
     // Anything httplib answers on its own (unknown route, 400 unparsable
     // HTTP) still gets an OpenAI-style body.
-    http_->set_error_handler([this](const Request&, Response& response) {
+    http_->set_error_handler([this](const HttpRequest&, HttpResponse& response) {
         if (!response.body.empty()) return;
         const std::string message =
             response.status == 404 ? "no such route" : fmt::format("HTTP {}", response.status);
@@ -214,13 +207,6 @@ void OpenAiServer::stop() {
     http_->stop();
 }
 
-OpenAiServer::ModelRoute& OpenAiServer::route_for(const std::string& model_name) {
-    for (const auto& route : models_) {
-        if (route->name == model_name) return *route;
-    }
-    throw Error("no route for model " + model_name);  // requested_model() checked the name
-}
-
 void OpenAiServer::send_error(httplib::Response& response, const ApiError& error,
                               ModelRoute* route) {
     http_metrics_.record_http_error(error.status);
@@ -232,7 +218,7 @@ void OpenAiServer::send_error(httplib::Response& response, const ApiError& error
         }
     }
     response.status = error.status;
-    response.set_content(to_text(error_body(error)), "application/json");
+    response.set_content(response_text(error_body(error)), "application/json");
 }
 
 void OpenAiServer::close_after(const httplib::Request& request, httplib::Response& response) {
@@ -288,176 +274,63 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
         close_after(http_request, response);
         return;
     }
-    std::string text;
-    if (!read_body(http_request, response, content_reader, text)) return;
-    nlohmann::json body;
-    try {
-        body = parse_request_json(text);
-    } catch (const ApiException& e) {
-        send_error(response, e.error());
+    std::string body;
+    if (!read_body(http_request, response, content_reader, body)) return;
+    Admission admission;
+    if (const std::optional<ApiError> refusal = admit_request(body, chat, models_, admission)) {
+        send_error(response, *refusal);
         return;
     }
-    ModelRoute* route = nullptr;
-    ApiRequest request;
-    EngineRequest engine_request;
-    try {
-        std::vector<std::string> names;
-        for (const auto& served : models_) names.push_back(served->name);
-        route = &route_for(requested_model(body, names));
-        request = parse_api_request(body, chat, route->limits);
-        engine_request = route->builder.build(spec_of(request));
-    } catch (const ApiException& e) {
-        send_error(response, e.error());
-        return;
-    } catch (const RequestError& e) {
-        send_error(response, {400, "invalid_request_error", e.what(), e.param(), e.code()});
-        return;
-    }
-    // n choices are admitted together; more than the queue holds could
-    // never be, however idle the server.
-    EngineLoop& loop = route->loop;
-    if (request.n > loop.max_waiting()) {
-        send_error(response, {400, "invalid_request_error",
-                              fmt::format("n = {} choices can never be admitted together: the "
-                                          "server queues at most {} (--max-waiting)",
-                                          request.n, loop.max_waiting()),
-                              "n", ""});
-        return;
-    }
-    const int64_t prompt_tokens = int64_t(engine_request.prompt.size());
+    ModelRoute& route = *admission.route;
+    const ApiRequest& request = admission.request;
+    const int64_t prompt_tokens = int64_t(admission.engine_request.prompt.size());
     std::vector<std::shared_ptr<RequestStream>> streams;
-    try {
-        streams = loop.submit_group(std::move(engine_request.prompt), engine_request.params,
-                                    engine_request.num_completions);
-    } catch (const QueueFull& e) {
-        send_error(response, overloaded(e.what()), route);
-        return;
-    }
+    if (!submit(route, admission.engine_request, response, streams)) return;
     const ResponseHeader header{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++),
                                 unix_seconds(), request.model, chat};
-
     if (!request.stream) {
-        std::vector<GenerationResult> results;
-        std::string error;
-        if (!wait_for_results(http_request, streams, results, error)) {
-            route->metrics.record_request_cancelled();  // no one is left to answer
-            close_after(http_request, response);
-            return;
-        }
-        if (!error.empty()) {
-            send_error(response, {400, "invalid_request_error", error, "", ""});
-            return;
-        }
-        for (const GenerationResult& result : results) {
-            if (result.finish_reason != FinishReason::kCancelled) route->metrics.record(result);
-        }
-        // Cut short by the drain timeout: answered, with finish_reason "cancelled".
-        if (any_cancelled(results)) {
-            route->metrics.record_request_cancelled();
-        } else {
-            route->metrics.record_request_success();
-        }
-        response.set_content(
-            to_text(completion_response(header, results, prompt_tokens, route->tokenizer,
-                                        request.return_token_ids)),
-            "application/json");
+        reply_whole(http_request, response, route, header, streams, prompt_tokens,
+                    request.return_token_ids);
         return;
     }
+    SseStream::attach(
+        std::make_shared<SseStream>(std::move(streams), header, prompt_tokens,
+                                    request.include_usage, route, http_metrics_, in_flight_),
+        response);
+}
 
-    // Streaming: the provider runs on this connection's thread until every
-    // choice has ended (or the client is gone).
-    struct Streamed {
-        std::vector<std::shared_ptr<RequestStream>> streams;
-        bool outcome_recorded = false;
-    };
-    auto state = std::make_shared<Streamed>();
-    state->streams = std::move(streams);
-    const bool include_usage = request.include_usage;
-    ++in_flight_;  // released when the provider is done (it outlives this handler)
-    response.set_chunked_content_provider(
-        "text/event-stream",
-        [this, route, state, header, prompt_tokens, include_usage](size_t,
-                                                                   httplib::DataSink& sink) {
-            ServerMetrics& metrics = route->metrics;
-            const Tokenizer& tokenizer = route->tokenizer;
-            std::vector<std::shared_ptr<RequestStream>>& streams = state->streams;
-            std::vector<bool> first(streams.size(), true);
-            std::vector<bool> ended(streams.size(), false);
-            std::vector<int64_t> text_bytes(streams.size(),
-                                            0);  // logprobs' text_offset, per choice
-            int64_t completion_tokens = 0;
-            size_t num_ended = 0;
-            bool cut_short = false;  // a choice ended "cancelled" (the drain timed out)
-            bool failed = false;     // the engine refused a choice
-            const auto write = [&sink](const std::string& text) {
-                return sink.is_writable() && sink.write(text.data(), text.size());
-            };
-            while (num_ended < streams.size()) {
-                for (size_t i = 0; i < streams.size(); ++i) {
-                    if (ended[i]) continue;
-                    StreamEvent event;
-                    // Short waits, so a client that left is noticed quickly.
-                    if (!streams[i]->next(event, Milliseconds(streams.size() > 1 ? 5 : 100))) {
-                        if (!sink.is_writable())
-                            return false;  // the client left: the releaser cancels
-                        continue;
-                    }
-                    if (event.kind == StreamEvent::Kind::kText) {
-                        nlohmann::json logprobs = nullptr;
-                        if (event.logprobs) {
-                            logprobs = logprobs_json(header.chat, std::span(&*event.logprobs, 1),
-                                                     tokenizer, text_bytes[i]);
-                            text_bytes[i] += int64_t(tokenizer.token_to_bytes(event.token).size());
-                        }
-                        if (!write(sse(stream_chunk(header, int(i), event.text, nullptr, first[i],
-                                                    logprobs)))) {
-                            return false;  // the client left: the releaser cancels
-                        }
-                        first[i] = false;
-                        continue;
-                    }
-                    ended[i] = true;
-                    ++num_ended;
-                    if (!event.result) {  // the engine refused it: an error event, then the end
-                        failed = true;
-                        write(sse(error_body({400, "invalid_request_error", event.error, "", ""})));
-                        continue;
-                    }
-                    if (event.result->finish_reason == FinishReason::kCancelled) {
-                        cut_short = true;
-                    } else {
-                        metrics.record(*event.result);
-                    }
-                    completion_tokens += int64_t(event.result->tokens.size());
-                    if (!write(sse(stream_chunk(header, int(i), "",
-                                                finish_reason_name(event.result->finish_reason),
-                                                first[i])))) {
-                        return false;  // the client left: the releaser cancels
-                    }
-                }
-            }
-            if (include_usage) write(sse(usage_chunk(header, prompt_tokens, completion_tokens)));
-            write("data: [DONE]\n\n");
-            sink.done();
-            state->outcome_recorded = true;
-            if (failed) {
-                http_metrics_.record_http_error(400);
-            } else if (cut_short) {
-                metrics.record_request_cancelled();
-            } else {
-                metrics.record_request_success();
-            }
-            return true;
-        },
-        // Runs however the response ended, even when the client left before
-        // the provider ever ran (the headers could not be written).
-        [this, route, state](bool) {
-            if (!state->outcome_recorded) {
-                for (auto& stream : state->streams) stream->cancel();
-                route->metrics.record_request_cancelled();
-            }
-            --in_flight_;
-        });
+bool OpenAiServer::submit(ModelRoute& route, EngineRequest& engine_request,
+                          httplib::Response& response,
+                          std::vector<std::shared_ptr<RequestStream>>& streams) {
+    try {
+        streams = route.loop.submit_group(std::move(engine_request.prompt), engine_request.params,
+                                          engine_request.num_completions);
+    } catch (const QueueFull& e) {
+        send_error(response, overloaded(e.what()), &route);
+        return false;
+    }
+    return true;
+}
+
+void OpenAiServer::reply_whole(const httplib::Request& http_request, httplib::Response& response,
+                               ModelRoute& route, const ResponseHeader& header,
+                               std::vector<std::shared_ptr<RequestStream>>& streams,
+                               int64_t prompt_tokens, bool with_token_ids) {
+    std::vector<GenerationResult> results;
+    std::string error;
+    if (!wait_for_results(http_request, streams, results, error)) {
+        route.metrics.record_request_cancelled();  // no one is left to answer
+        close_after(http_request, response);
+        return;
+    }
+    if (!error.empty()) {
+        send_error(response, {400, "invalid_request_error", error, "", ""});
+        return;
+    }
+    record_whole_outcome(route.metrics, results);
+    response.set_content(response_text(completion_response(header, results, prompt_tokens,
+                                                           route.tokenizer, with_token_ids)),
+                         "application/json");
 }
 
 }  // namespace servelab

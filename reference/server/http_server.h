@@ -8,9 +8,11 @@
 //   POST /v1/completions, /v1/chat/completions   whole JSON, or server-sent
 //        events ("data: {chunk}\n\n" … "data: [DONE]\n\n") with "stream": true
 //   GET  /v1/models, /health, /metrics (Prometheus text)
-// Each HTTP request is built by the one front door (request_builder.h) into
-// one parallel request of n choices (the prompt computed once, choice i
-// seeded seed + i), admitted together or not at all. Errors are
+// Each generation request is admitted (request_admission.h: parsed,
+// routed, built by the one front door into one parallel request of n
+// choices, the prompt computed once, choice i seeded seed + i), submitted
+// to its model's loop (admitted there together or not at all), then
+// answered whole or streamed (sse_stream.h). Errors are
 // OpenAI-style bodies with a 4xx or 5xx status (openai_protocol.h). A client
 // that disconnects, streaming or not, has its requests cancelled. With an
 // API key, /v1/* require "Authorization: Bearer <key>". Connections,
@@ -31,7 +33,9 @@
 #include "reference/engine/request_builder.h"
 #include "reference/model/model.h"
 #include "reference/server/engine_loop.h"
+#include "reference/server/model_route.h"
 #include "reference/server/openai_protocol.h"
+#include "reference/server/openai_responses.h"
 #include "reference/server/server_metrics.h"
 
 namespace httplib {
@@ -56,13 +60,6 @@ struct ServerOptions {
     RequestBuilderOptions requests;  // special tokens in messages, speculative decoding
 };
 
-// A model the server answers for.
-struct ServedModel {
-    std::string name;  // what requests' "model" says, and /v1/models lists
-    const Model* model = nullptr;
-    EngineLoop* loop = nullptr;  // the loop running this model's engine
-};
-
 class OpenAiServer {
   public:
     // Every model and loop must outlive the server; names must differ.
@@ -77,25 +74,30 @@ class OpenAiServer {
     void stop();
 
   private:
-    // Everything the server keeps per model.
-    struct ModelRoute {
-        ModelRoute(const ServedModel& served, const RequestBuilderOptions& requests);
-        std::string name;
-        EngineLoop& loop;
-        const Tokenizer& tokenizer;  // the model's: token texts for logprobs
-        RequestBuilder builder;
-        ProtocolLimits limits;
-        ServerMetrics metrics;
-    };
-
+    // The routes, in the order the library matches them.
     void add_routes();
-    ModelRoute& route_for(const std::string& model_name);
+    void add_api_key_check();      // /v1/*: 401 without "Authorization: Bearer <key>"
+    void add_info_routes();        // GET /health, /v1/models, /metrics
+    void add_generation_routes();  // POST /v1/completions, /v1/chat/completions
+    void add_fallback_routes();    // 404 for the rest, and bodies for the library's own errors
+    // POST /v1/completions (chat false) and /v1/chat/completions: the drain
+    // check, the body, admission, submission, then the answer whole or streamed.
     void handle_generation(const httplib::Request& request, httplib::Response& response,
                            const httplib::ContentReader& content_reader, bool chat);
     // Reads the body into `body`, never more than max_body_bytes of it
     // (Content-Length or chunked); false after answering 413 or 400.
     bool read_body(const httplib::Request& request, httplib::Response& response,
                    const httplib::ContentReader& content_reader, std::string& body);
+    // Queues the request's choices in its model's loop, into `streams` (one
+    // per choice); false after answering 503 when the queue has no room.
+    bool submit(ModelRoute& route, EngineRequest& engine_request, httplib::Response& response,
+                std::vector<std::shared_ptr<RequestStream>>& streams);
+    // The non-streamed answer: waits for every choice, then one JSON body.
+    // Nothing is answered when the client left (the choices are cancelled).
+    void reply_whole(const httplib::Request& request, httplib::Response& response,
+                     ModelRoute& route, const ResponseHeader& header,
+                     std::vector<std::shared_ptr<RequestStream>>& streams, int64_t prompt_tokens,
+                     bool with_token_ids);
     // For an answer sent before the body was read (or after reading stopped
     // partway): the connection closes after it, since what follows in the
     // stream is not a request.

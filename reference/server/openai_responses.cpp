@@ -58,6 +58,10 @@ nlohmann::json chat_entry(const TokenLogprob& logprob, const Tokenizer& tokenize
 
 }  // namespace
 
+std::string response_text(const nlohmann::json& body) {
+    return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 nlohmann::json logprobs_json(bool chat, std::span<const SampledLogprobs> logprobs,
                              const Tokenizer& tokenizer, int64_t text_offset) {
     if (chat) {

@@ -26,6 +26,11 @@ struct ResponseHeader {
     bool chat = false;
 };
 
+// `body` as the text sent. Model output can hold invalid UTF-8 (a random
+// model, a cut-off byte sequence); JSON must not, so such bytes become
+// U+FFFD instead of an error.
+std::string response_text(const nlohmann::json& body);
+
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 
 // A choice's "logprobs" for `logprobs` (its tokens in order), in the

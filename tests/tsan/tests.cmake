@@ -8,7 +8,8 @@
 # fails a test on any report from any process it started.
 #
 # What starts threads: the engine loop and its stream handoff (one engine
-# thread, many submitters), two loops driven by one thread (two served
+# thread, many submitters), a streamed answer read from the engine thread's
+# streams, two loops driven by one thread (two served
 # models), the thread communicator and tensor-parallel ranks, the chat
 # template rendered from many threads, OpenMP's kernels (through Archer),
 # and in the programs: the HTTP listener's reader and workers, the server's
@@ -27,7 +28,7 @@ set(servelab_tsan_cli ${SERVELAB_TSAN_DIR}/servelab)
 set(servelab_tsan_env "OMP_NUM_THREADS=2")
 
 set(servelab_tsan_threaded_units
-  "EngineLoopTest.*:RingAllReduce.*:ThreadCommunicator.*:TensorParallelCost.*"
+  "EngineLoopTest.*:SseStreamTest.*:RingAllReduce.*:ThreadCommunicator.*:TensorParallelCost.*"
   ":TensorParallelModel.LogitsEqualTheWholeModelsForEverySplit"
   ":TensorParallelModel.GreedyTokensUnderContinuousBatchingEqualTheWholeModels"
   ":ChatTemplate.RendersTheSameOnManyThreadsAtOnce:ModelRunner.ThreadCountDoesNotChangeLogits"
