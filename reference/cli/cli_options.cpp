@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cstdio>
 
 #include "reference/common/error.h"
 #include "reference/kv/kv_budget.h"
@@ -288,6 +289,111 @@ std::unique_ptr<KvCache> CacheOptions::make(const ModelConfig& config, int64_t p
     const int64_t tokens = std::min(config.context_length, prompt_tokens + max_tokens);
     return std::make_unique<KvCache>(config, std::max<int64_t>(tokens, 1),
                                      parse_kv_dtype(kv_dtype));
+}
+
+void OutputOptions::add_to(CLI::App& command, const std::string& json_help) {
+    command.add_flag("--json", json, json_help);
+}
+
+void print_json(const nlohmann::json& report) {
+    std::printf("%s\n", report.dump(2).c_str());
+}
+
+void TraceOptions::add_to(CLI::App& command, unsigned cuts) {
+    command
+        .add_option("--trace", path, "JSONL trace of request lengths (see data/traces/README.md)")
+        ->capture_default_str();
+    if ((cuts & kLimit) != 0) {
+        command.add_option("--limit", limit, "replay only the trace's first N requests (0 = all)")
+            ->check(CLI::NonNegativeNumber)
+            ->capture_default_str();
+    }
+    if ((cuts & kMaxOutput) != 0) {
+        command
+            .add_option("--max-output", max_output_tokens,
+                        "cap each request's output tokens (0 = the trace's)")
+            ->check(CLI::NonNegativeNumber)
+            ->capture_default_str();
+    }
+    if ((cuts & kMaxPrompt) != 0) {
+        command
+            .add_option("--max-prompt", max_prompt_tokens,
+                        "cap each request's prompt tokens (0 = the trace's; a shared prefix is "
+                        "cut with it)")
+            ->check(CLI::NonNegativeNumber)
+            ->capture_default_str();
+    }
+}
+
+std::vector<TraceRequest> TraceOptions::load() const {
+    std::vector<TraceRequest> trace = load_trace(path);
+    if (limit > 0 && limit < int64_t(trace.size())) trace.resize(size_t(limit));
+    for (TraceRequest& r : trace) {
+        if (max_output_tokens > 0) r.output_tokens = std::min(r.output_tokens, max_output_tokens);
+        r.truncate_prompt(max_prompt_tokens);  // nothing for 0
+    }
+    return trace;
+}
+
+void ArrivalOptions::add_to(CLI::App& command) {
+    command
+        .add_option("--request-rate", request_rate,
+                    "Poisson arrivals at this many requests/s (0 = all at once)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    command
+        .add_option("--max-concurrency", max_concurrency,
+                    "at most N requests in flight at once, like N clients (0 = no limit)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    command.add_option("--seed", seed, "seed of the arrival process")->capture_default_str();
+}
+
+void SchedulerOptions::add_to(CLI::App& command, const std::vector<std::string>& policies,
+                              bool with_prefill_knobs) {
+    std::string policy_help = "which waiting request goes next:";
+    for (size_t i = 0; i < policies.size(); ++i) {
+        const std::string& name = policies[i];
+        policy_help += i == 0 ? " " : (i + 1 == policies.size() ? " or " : ", ");
+        policy_help += "'" + name + "'";
+        if (name == "priority") policy_help += " (the request's priority field)";
+        if (name == "lpm")
+            policy_help += " (longest cached prefix first, with a starvation bound: Lab 11)";
+    }
+    command.add_option("--policy", policy, policy_help)
+        ->check(CLI::IsMember(policies))
+        ->capture_default_str();
+    command.add_option("--max-num-seqs", config.max_num_seqs, "requests running at once")
+        ->check(CLI::Range(int64_t(1), int64_t(4096)))
+        ->capture_default_str();
+    command
+        .add_option("--max-num-batched-tokens", config.max_num_batched_tokens,
+                    "tokens computed per step (the token budget)")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+        ->capture_default_str();
+    if (!with_prefill_knobs) return;
+    command.add_flag("--no-chunked-prefill", no_chunked_prefill,
+                     "compute each prompt in one step: a prompt must fit one step's token "
+                     "budget whole (the server refuses one that cannot)");
+    command
+        .add_option("--long-prefill-tokens", config.long_prefill_tokens,
+                    "while others run or wait, a prompt computes at most this many tokens per "
+                    "step (fair prefill; 0 = no cap)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+}
+
+SchedulerConfig SchedulerOptions::resolve() const {
+    SchedulerConfig resolved = config;
+    resolved.policy = parse_scheduling_policy(policy);
+    resolved.chunked_prefill = !no_chunked_prefill;
+    return resolved;
+}
+
+void RepeatOptions::add_to(CLI::App& command, const std::string& help, int max_repeats) {
+    command.add_option("--repeats", repeats, help)
+        ->check(CLI::Range(1, max_repeats))
+        ->capture_default_str();
 }
 
 std::vector<int32_t> parse_token_list(const std::string& text) {

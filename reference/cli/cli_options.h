@@ -1,21 +1,26 @@
-// cli_options.h — flags shared by several servelab subcommands.
+// cli_options.h — flag groups shared by several servelab subcommands.
 //
 // Part of the CLI (all labs). Each subcommand file (cmd_*.cpp) registers its
-// own flags; the groups used by more than one live here so they are spelled
-// and documented once.
+// own flags in add_<cmd>; a flag used by more than one command lives here,
+// in a group registered once (add_to), so it is spelled, checked and
+// documented once. Where commands differ only in a default (a trace's path,
+// --repeats), the command sets the field before add_to shows it.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "reference/engine/model_runner.h"
+#include "reference/experiments/trace.h"
 #include "reference/kv/kv_cache.h"
 #include "reference/kv/prefix_index.h"
 #include "reference/model/model.h"
 #include "reference/sampling/sampling_params.h"
+#include "reference/scheduler/scheduler.h"
 #include "reference/speculative/drafter.h"
 
 namespace servelab::cli {
@@ -119,6 +124,67 @@ struct SpeculationOptions {
     };
     LoadedDrafter load_drafter(const Model& target, int64_t num_kv_blocks, int64_t block_size,
                                bool announce) const;
+};
+
+// --json: one JSON object on stdout instead of the text or table (every
+// command that reports figures). `json_help` says what the object holds.
+struct OutputOptions {
+    bool json = false;
+
+    void add_to(CLI::App& command, const std::string& json_help = "print one JSON object");
+};
+
+// The JSON report on stdout, two-space indented, one object per command run.
+void print_json(const nlohmann::json& report);
+
+// A trace of request lengths (data/traces/README.md) and the flags that cut
+// it: --trace, --limit, --max-prompt, --max-output (bench throughput, bench
+// serve, bench prefix-cache, replay, kv-sim).
+struct TraceOptions {
+    std::string path;               // JSONL; each command sets its default
+    int64_t limit = 0;              // the first N requests; 0 = all
+    int64_t max_prompt_tokens = 0;  // each prompt cut to this; 0 = the trace's
+    int64_t max_output_tokens = 0;  // each output capped at this; 0 = the trace's
+
+    // Which of the cutting flags a command offers besides --trace.
+    enum Cuts : unsigned { kNoCuts = 0, kLimit = 1, kMaxOutput = 2, kMaxPrompt = 4 };
+    void add_to(CLI::App& command, unsigned cuts);
+    // The trace with the cuts applied; throws servelab::Error (load_trace).
+    std::vector<TraceRequest> load() const;
+};
+
+// When a replayed trace's requests arrive: --request-rate, --max-concurrency
+// and the arrival process's --seed (bench throughput, bench serve).
+struct ArrivalOptions {
+    double request_rate = 0;      // Poisson arrivals per second; 0 = all at once
+    int64_t max_concurrency = 0;  // requests in flight at most; 0 = no limit
+    uint64_t seed = 0;            // of the arrival times
+
+    void add_to(CLI::App& command);
+};
+
+// The scheduler's knobs (Labs 5 and 11): --policy, --max-num-seqs,
+// --max-num-batched-tokens, and with `with_prefill_knobs` --no-chunked-prefill
+// and --long-prefill-tokens (serve, bench throughput, bench prefix-cache).
+// The defaults are SchedulerConfig's, so a bench measures what a server does.
+struct SchedulerOptions {
+    SchedulerConfig config;  // the numeric knobs land here
+    std::string policy = "fcfs";
+    bool no_chunked_prefill = false;
+
+    // `policies`: the --policy values the command accepts.
+    void add_to(CLI::App& command, const std::vector<std::string>& policies,
+                bool with_prefill_knobs);
+    // config with --policy and --no-chunked-prefill applied.
+    SchedulerConfig resolve() const;
+};
+
+// --repeats: how many times a benchmark measures (the median is reported).
+// Each command sets its default before add_to; `max_repeats` bounds it.
+struct RepeatOptions {
+    int repeats = 1;
+
+    void add_to(CLI::App& command, const std::string& help, int max_repeats);
 };
 
 // "1,2,3" → {1, 2, 3}; throws servelab::Error naming the bad item.

@@ -21,6 +21,7 @@
 #include <random>
 #include <vector>
 
+#include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
 #include "reference/cli/tensor_parallel_ranks.h"
 #include "reference/common/error.h"
@@ -32,8 +33,8 @@ namespace {
 struct AllReduceOptions {
     TensorParallelOptions tp;
     std::vector<int64_t> sizes_bytes = {4, 2304, 65536, 1 << 20, 16 << 20};
-    int repeats = 30;
-    bool json = false;
+    RepeatOptions repeat{.repeats = 30};
+    OutputOptions output;
 };
 
 struct SizeResult {
@@ -44,7 +45,7 @@ struct SizeResult {
 
 // Times on every rank; rank 0's figures are reported (after a barrier each
 // call starts together, and the ring ends everyone within a step).
-std::vector<SizeResult> measure(Communicator& comm, const AllReduceOptions& options) {
+std::vector<SizeResult> measure_all_reduce(Communicator& comm, const AllReduceOptions& options) {
     std::vector<SizeResult> results;
     std::mt19937 rng(uint32_t(1234 + comm.rank()));
     std::normal_distribution<float> normal;
@@ -52,7 +53,7 @@ std::vector<SizeResult> measure(Communicator& comm, const AllReduceOptions& opti
         std::vector<float> data(size_t(std::max<int64_t>(1, bytes / 4)));
         for (float& value : data) value = normal(rng);
         std::vector<double> times_us;
-        for (int i = 0; i < options.repeats + 3; ++i) {
+        for (int i = 0; i < options.repeat.repeats + 3; ++i) {
             comm.barrier();
             const auto start = std::chrono::steady_clock::now();
             comm.all_reduce_sum(data);
@@ -69,8 +70,8 @@ std::vector<SizeResult> measure(Communicator& comm, const AllReduceOptions& opti
     return results;
 }
 
-void report(const AllReduceOptions& options, const std::string& backend, int num_ranks,
-            const std::vector<SizeResult>& results) {
+void report_all_reduce(const AllReduceOptions& options, const std::string& backend, int num_ranks,
+                       const std::vector<SizeResult>& results) {
     const double bus_factor = num_ranks > 1 ? 2.0 * (num_ranks - 1) / num_ranks : 0.0;
     nlohmann::json rows = nlohmann::json::array();
     for (const SizeResult& r : results) {
@@ -81,16 +82,15 @@ void report(const AllReduceOptions& options, const std::string& backend, int num
                         {"algorithm_gb_per_s", algorithm_gbps},
                         {"bus_gb_per_s", algorithm_gbps * bus_factor}});
     }
-    if (options.json) {
-        const nlohmann::json out = {{"backend", backend},
-                                    {"num_ranks", num_ranks},
-                                    {"repeats", options.repeats},
-                                    {"sizes", rows}};
-        std::printf("%s\n", out.dump(2).c_str());
+    if (options.output.json) {
+        print_json({{"backend", backend},
+                    {"num_ranks", num_ranks},
+                    {"repeats", options.repeat.repeats},
+                    {"sizes", rows}});
         return;
     }
     std::printf("all-reduce (sum, fp32) over %d ranks, %s back end, median of %d calls\n",
-                num_ranks, backend.c_str(), options.repeats);
+                num_ranks, backend.c_str(), options.repeat.repeats);
     std::printf("%12s %12s %12s %14s %12s\n", "bytes", "median us", "p90 us", "algbw GB/s",
                 "busbw GB/s");
     for (const auto& row : rows) {
@@ -100,9 +100,16 @@ void report(const AllReduceOptions& options, const std::string& backend, int num
     }
 }
 
+void run_bench_allreduce(const AllReduceOptions& opts) {
+    run_on_communicators(opts.tp, [&opts](Communicator& comm) {
+        const std::vector<SizeResult> results = measure_all_reduce(comm, opts);
+        if (comm.rank() == 0) report_all_reduce(opts, comm.backend(), comm.size(), results);
+    });
+}
+
 }  // namespace
 
-void add_bench_allreduce_command(CLI::App& bench) {
+void add_bench_allreduce(CLI::App& bench) {
     auto opts = std::make_shared<AllReduceOptions>();
     opts->tp.size = 2;
     CLI::App* cmd = bench.add_subcommand(
@@ -112,16 +119,9 @@ void add_bench_allreduce_command(CLI::App& bench) {
     cmd->add_option("--sizes", opts->sizes_bytes, "message sizes in bytes")
         ->check(CLI::Range(int64_t(4), int64_t(1) << 30))
         ->capture_default_str();
-    cmd->add_option("--repeats", opts->repeats, "timed calls per size")
-        ->check(CLI::Range(1, 100000))
-        ->capture_default_str();
-    cmd->add_flag("--json", opts->json, "print one JSON object");
-    cmd->callback([opts] {
-        run_on_communicators(opts->tp, [&](Communicator& comm) {
-            const std::vector<SizeResult> results = measure(comm, *opts);
-            if (comm.rank() == 0) report(*opts, comm.backend(), comm.size(), results);
-        });
-    });
+    opts->repeat.add_to(*cmd, "timed calls per size", 100000);
+    opts->output.add_to(*cmd);
+    cmd->callback([opts] { run_bench_allreduce(*opts); });
 }
 
 }  // namespace servelab::cli

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
 #include "reference/common/error.h"
 #include "reference/experiments/prefix_cache_replay.h"
@@ -25,17 +26,14 @@ namespace servelab::cli {
 namespace {
 
 struct PrefixCacheBenchOptions {
-    std::string trace = "data/traces/branching.jsonl";
+    TraceOptions trace{.path = "data/traces/branching.jsonl"};
     std::string prefix_cache = "radix";
-    std::string policy = "lpm";
-    int64_t limit = 0;
+    SchedulerOptions scheduler{.config = {}, .policy = "lpm"};
     int64_t num_blocks = 512;
     int64_t block_size = 16;
-    int64_t max_num_seqs = 64;
-    int64_t max_num_batched_tokens = 512;
     int64_t tree_after = 0;
-    int repeats = 1;
-    bool json = false;
+    RepeatOptions repeat{.repeats = 1};
+    OutputOptions output;
 };
 
 nlohmann::json tree_json(const std::vector<RadixCache::NodeView>& nodes) {
@@ -81,23 +79,20 @@ void print_tree(const std::vector<RadixCache::NodeView>& nodes, int64_t after_re
     }
 }
 
-void run(const PrefixCacheBenchOptions& opts) {
+void run_bench_prefix_cache(const PrefixCacheBenchOptions& opts) {
     if (opts.tree_after > 0 && opts.prefix_cache != "radix") {
         throw Error("--tree-after draws the radix tree: it needs --prefix-cache radix");
     }
-    std::vector<TraceRequest> trace = load_trace(opts.trace);
-    if (opts.limit > 0 && opts.limit < int64_t(trace.size())) trace.resize(size_t(opts.limit));
+    const std::vector<TraceRequest> trace = opts.trace.load();
     PrefixReplayOptions replay;
     replay.prefix_cache = parse_prefix_cache_kind(opts.prefix_cache);
-    replay.scheduler.policy = parse_scheduling_policy(opts.policy);
-    replay.scheduler.max_num_seqs = opts.max_num_seqs;
-    replay.scheduler.max_num_batched_tokens = opts.max_num_batched_tokens;
+    replay.scheduler = opts.scheduler.resolve();
     replay.num_blocks = opts.num_blocks;
     replay.block_size = opts.block_size;
     replay.snapshot_after = opts.tree_after;
     std::vector<double> seconds;
     PrefixReplayResult result;
-    for (int i = 0; i < opts.repeats; ++i) {
+    for (int i = 0; i < opts.repeat.repeats; ++i) {
         result = replay_prefix_cache(trace, replay);
         seconds.push_back(result.seconds);
     }
@@ -106,9 +101,9 @@ void run(const PrefixCacheBenchOptions& opts) {
     const double hit_rate =
         result.prompt_tokens > 0 ? double(result.cached_prompt_tokens) / result.prompt_tokens : 0;
     nlohmann::json report = {
-        {"trace", opts.trace},
+        {"trace", opts.trace.path},
         {"prefix_cache", opts.prefix_cache},
-        {"policy", opts.policy},
+        {"policy", opts.scheduler.policy},
         {"num_blocks", opts.num_blocks},
         {"block_size", opts.block_size},
         {"requests", result.requests},
@@ -122,13 +117,14 @@ void run(const PrefixCacheBenchOptions& opts) {
         {"seconds", median_s},
         {"requests_per_s", median_s > 0 ? double(result.requests) / median_s : 0.0}};
     if (opts.tree_after > 0) report["tree"] = tree_json(result.snapshot);
-    if (opts.json) {
-        std::printf("%s\n", report.dump(2).c_str());
+    if (opts.output.json) {
+        print_json(report);
         return;
     }
     std::printf("%s: %lld requests, %s cache, %s admission, %lld blocks of %lld tokens\n",
-                opts.trace.c_str(), (long long)result.requests, opts.prefix_cache.c_str(),
-                opts.policy.c_str(), (long long)opts.num_blocks, (long long)opts.block_size);
+                opts.trace.path.c_str(), (long long)result.requests, opts.prefix_cache.c_str(),
+                opts.scheduler.policy.c_str(), (long long)opts.num_blocks,
+                (long long)opts.block_size);
     std::printf("prefix-cache hits   %9.1f%% of %lld prompt tokens\n", 100 * hit_rate,
                 (long long)result.prompt_tokens);
     std::printf("tokens computed     %10lld\n", (long long)result.tokens_computed);
@@ -140,21 +136,14 @@ void run(const PrefixCacheBenchOptions& opts) {
 
 }  // namespace
 
-void add_bench_prefix_cache_command(CLI::App& bench) {
+void add_bench_prefix_cache(CLI::App& bench) {
     auto opts = std::make_shared<PrefixCacheBenchOptions>();
     CLI::App* cmd = bench.add_subcommand(
         "prefix-cache",
         "replay a trace through the scheduler and a prefix cache, without the model (Lab 11)");
-    cmd->add_option("--trace", opts->trace, "JSONL trace (see data/traces/README.md)")
-        ->capture_default_str();
+    opts->trace.add_to(*cmd, TraceOptions::kLimit);
     cmd->add_option("--prefix-cache", opts->prefix_cache, "'hash' or 'radix'")
         ->check(CLI::IsMember({"hash", "radix"}))
-        ->capture_default_str();
-    cmd->add_option("--policy", opts->policy, "admission: 'fcfs' or 'lpm'")
-        ->check(CLI::IsMember({"fcfs", "lpm"}))
-        ->capture_default_str();
-    cmd->add_option("--limit", opts->limit, "the first N requests (0 = all)")
-        ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     cmd->add_option("--kv-blocks", opts->num_blocks, "blocks in the pool")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 24))
@@ -162,22 +151,14 @@ void add_bench_prefix_cache_command(CLI::App& bench) {
     cmd->add_option("--block-size", opts->block_size, "tokens per block")
         ->check(CLI::Range(1, 4096))
         ->capture_default_str();
-    cmd->add_option("--max-num-seqs", opts->max_num_seqs, "requests running at once")
-        ->check(CLI::Range(int64_t(1), int64_t(4096)))
-        ->capture_default_str();
-    cmd->add_option("--max-num-batched-tokens", opts->max_num_batched_tokens,
-                    "tokens computed per step")
-        ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
-        ->capture_default_str();
+    opts->scheduler.add_to(*cmd, {"fcfs", "lpm"}, false);
     cmd->add_option("--tree-after", opts->tree_after,
                     "radix: print the tree after N requests finished (0 = no; JSON with --json)")
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
-    cmd->add_option("--repeats", opts->repeats, "replays (the median time is reported)")
-        ->check(CLI::Range(1, 1000))
-        ->capture_default_str();
-    cmd->add_flag("--json", opts->json, "print one JSON object");
-    cmd->callback([opts] { run(*opts); });
+    opts->repeat.add_to(*cmd, "replays (the median time is reported)", 1000);
+    opts->output.add_to(*cmd);
+    cmd->callback([opts] { run_bench_prefix_cache(*opts); });
 }
 
 }  // namespace servelab::cli

@@ -41,10 +41,10 @@ struct BenchQuantizeOptions {
     int64_t group_size = 32;
     int64_t tokens = 256;
     int awq_grid = 20;
-    int repeats = 1;
+    RepeatOptions repeat{.repeats = 1};
     int threads = 0;
     uint64_t seed = 1;
-    bool json = false;
+    OutputOptions output;
 };
 
 // Random weights of the layer's shapes (normal, a layer's typical scale).
@@ -115,7 +115,7 @@ int64_t layer_weights(const ModelConfig& c) {
     return c.dim * (2 * c.q_dim() + 2 * c.kv_dim() + 3 * c.ffn_dim);
 }
 
-void run(const BenchQuantizeOptions& opts) {
+void run_bench_quantize(const BenchQuantizeOptions& opts) {
     if (opts.threads > 0) omp_set_num_threads(opts.threads);
     const ModelConfig config = ModelConfig::from_gguf(GgufFile::open(opts.model));
     if (config.is_mla()) throw Error("bench quantize: llama-architecture models only, not MLA");
@@ -133,12 +133,12 @@ void run(const BenchQuantizeOptions& opts) {
     nlohmann::json report = {{"model", opts.model},           {"type", opts.type},
                              {"group_size", opts.group_size}, {"calibration_tokens", opts.tokens},
                              {"awq_grid", opts.awq_grid},     {"threads", omp_get_max_threads()},
-                             {"layer_weights", weights},      {"repeats", opts.repeats}};
+                             {"layer_weights", weights},      {"repeats", opts.repeat.repeats}};
     double total_s = 0.0;
     for (const QuantMethod method : methods) {
         const QuantizeOptions q = quantize_options(opts, method);
         std::vector<double> seconds;
-        for (int r = 0; r < opts.repeats; ++r) {
+        for (int r = 0; r < opts.repeat.repeats; ++r) {
             QuantLayer layer = source;  // AWQ scales the weights in place
             std::vector<LayerError> errors;
             const auto start = std::chrono::steady_clock::now();
@@ -151,14 +151,14 @@ void run(const BenchQuantizeOptions& opts) {
         const std::string name(quant_method_name(method));
         report[name + "_seconds"] = median_s;
         report[name + "_weights_per_s"] = double(weights) / median_s;
-        if (!opts.json) {
+        if (!opts.output.json) {
             std::printf("%-5s %8.3f s per layer  %10.0f weights/s\n", name.c_str(), median_s,
                         double(weights) / median_s);
         }
     }
     report["all_methods_weights_per_s"] = double(weights) * double(methods.size()) / total_s;
-    if (opts.json) {
-        std::printf("%s\n", report.dump(2).c_str());
+    if (opts.output.json) {
+        print_json(report);
         return;
     }
     std::printf("one layer of %s's shapes: %lld weights, %s, groups of %lld, %d threads\n",
@@ -168,7 +168,7 @@ void run(const BenchQuantizeOptions& opts) {
 
 }  // namespace
 
-void add_bench_quantize_command(CLI::App& bench) {
+void add_bench_quantize(CLI::App& bench) {
     auto opts = std::make_shared<BenchQuantizeOptions>();
     CLI::App* cmd = bench.add_subcommand(
         "quantize", "time RTN, AWQ and GPTQ on one layer of the model's shapes (Lab 10)");
@@ -185,15 +185,13 @@ void add_bench_quantize_command(CLI::App& bench) {
     cmd->add_option("--awq-grid", opts->awq_grid, "AWQ: exponents tried")
         ->check(CLI::Range(1, 1000))
         ->capture_default_str();
-    cmd->add_option("--repeats", opts->repeats, "runs per method (the median is reported)")
-        ->check(CLI::Range(1, 1000))
-        ->capture_default_str();
+    opts->repeat.add_to(*cmd, "runs per method (the median is reported)", 1000);
     cmd->add_option("-t,--threads", opts->threads, "CPU threads (0 = all cores)")
         ->check(CLI::Range(0, 4096))
         ->capture_default_str();
     cmd->add_option("--seed", opts->seed, "seed of the random layer")->capture_default_str();
-    cmd->add_flag("--json", opts->json, "print one JSON object");
-    cmd->callback([opts] { run(*opts); });
+    opts->output.add_to(*cmd);
+    cmd->callback([opts] { run_bench_quantize(*opts); });
 }
 
 }  // namespace servelab::cli

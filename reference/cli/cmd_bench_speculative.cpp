@@ -55,8 +55,8 @@ struct SpeculativeBenchOptions {
     int32_t max_tokens = 64;
     int64_t num_prompts = 0;  // 0: all of a workload's
     int64_t batch = 1;
-    int repeats = 3;
-    bool json = false;
+    RepeatOptions repeat{.repeats = 3};
+    OutputOptions output;
 };
 
 // One arm: plain decoding (k = 0) or one drafter at one K.
@@ -210,49 +210,38 @@ nlohmann::json report_arm(const Arm& arm, const Arm& plain) {
     };
 }
 
-void run(const SpeculativeBenchOptions& opts) {
-    if (opts.ks.empty() || opts.drafters.empty() || opts.workloads.empty()) {
-        throw Error("bench speculative: --k, --drafters and --workloads need at least one value");
-    }
-    for (int32_t k : opts.ks) {
-        if (k < 1 || k > kMaxSpeculativeTokens) {
-            throw Error(fmt::format("bench speculative: K = {} is outside 1..{}", k,
-                                    kMaxSpeculativeTokens));
-        }
-    }
-    const Model model = opts.model.load();
-    ModelRunner runner(model.config, model.weights);
-    std::vector<std::vector<std::vector<TokenId>>> prompt_sets;
-    int64_t longest = 0;
-    for (const std::string& workload : opts.workloads) {
-        prompt_sets.push_back(load_prompts(opts, model, workload));
-        for (const auto& p : prompt_sets.back()) longest = std::max(longest, int64_t(p.size()));
-    }
-    if (longest + opts.max_tokens + kMaxSpeculativeTokens > model.config.context_length) {
-        throw Error("bench speculative: the prompts and --max-tokens exceed the context length");
-    }
-    const int64_t block_size = 16;
-    const int64_t num_blocks =
-        opts.batch * ((longest + opts.max_tokens + kMaxSpeculativeTokens) / block_size + 2);
-
-    // Drafters, loaded once.
+// The model drafters the --drafters list names, loaded once for every arm
+// ("ngram" is the engine's own and needs none).
+struct SpeculativeDrafters {
     std::unique_ptr<Model> draft_model;
-    std::map<std::string, std::unique_ptr<ModelDrafter>> model_drafters;
-    std::string early_exit_note;
+    std::map<std::string, std::unique_ptr<ModelDrafter>> by_name;
+    std::string early_exit_note;  // "L of N layers"
+
+    Drafter* find(const std::string& name) const {
+        const auto found = by_name.find(name);
+        return found == by_name.end() ? nullptr : found->second.get();
+    }
+};
+
+SpeculativeDrafters load_speculative_drafters(const SpeculativeBenchOptions& opts,
+                                              const Model& model, int64_t num_blocks,
+                                              int64_t block_size) {
+    SpeculativeDrafters loaded;
     for (const std::string& name : opts.drafters) {
         if (name == "early-exit") {
             SpeculationOptions s;
             s.early_exit_layers = opts.early_exit_layers;
             const int64_t layers = s.exit_layer(model.config.num_layers);
-            model_drafters[name] = ModelDrafter::early_exit(model, layers, num_blocks, block_size);
-            early_exit_note = fmt::format("{} of {} layers", layers, model.config.num_layers);
+            loaded.by_name[name] = ModelDrafter::early_exit(model, layers, num_blocks, block_size);
+            loaded.early_exit_note =
+                fmt::format("{} of {} layers", layers, model.config.num_layers);
         } else if (name == "draft-model") {
             if (opts.draft_model_path.empty()) {
                 throw Error("bench speculative: the draft-model drafter needs --draft-model PATH");
             }
-            draft_model = std::make_unique<Model>(Model::load(opts.draft_model_path));
-            model_drafters[name] =
-                ModelDrafter::draft_model(*draft_model, model, num_blocks, block_size);
+            loaded.draft_model = std::make_unique<Model>(Model::load(opts.draft_model_path));
+            loaded.by_name[name] =
+                ModelDrafter::draft_model(*loaded.draft_model, model, num_blocks, block_size);
         } else if (name != "ngram") {
             throw Error(
                 fmt::format("bench speculative: unknown drafter '{}' (ngram, early-exit, "
@@ -260,57 +249,49 @@ void run(const SpeculativeBenchOptions& opts) {
                             name));
         }
     }
+    return loaded;
+}
 
-    nlohmann::json results = nlohmann::json::array();
-    for (size_t w = 0; w < opts.workloads.size(); ++w) {
-        std::vector<Arm> arms = {Arm{}};
-        for (const std::string& name : opts.drafters) {
-            for (int32_t k : opts.ks) {
-                Arm arm;
-                arm.drafter = name;
-                arm.k = k;
-                arms.push_back(arm);
-            }
-        }
-        for (int round = 0; round < opts.repeats; ++round) {
-            for (size_t a = 0; a < arms.size(); ++a) {
-                spdlog::info("{}: round {}/{}, {} K={}", opts.workloads[w], round + 1, opts.repeats,
-                             arms[a].k == 0 ? "plain" : arms[a].drafter, arms[a].k);
-                const auto found = model_drafters.find(arms[a].drafter);
-                Drafter* drafter = found == model_drafters.end() ? nullptr : found->second.get();
-                run_arm(arms[a], opts, model, runner, drafter, prompt_sets[w], num_blocks);
-                if (arms[a].outputs != arms[0].outputs) {
-                    throw Error(fmt::format(
-                        "bench speculative: {} at K={} changed the greedy output: a bug",
-                        arms[a].drafter, arms[a].k));
-                }
-            }
-        }
-        for (const Arm& arm : arms) {
-            nlohmann::json row = report_arm(arm, arms[0]);
-            row["workload"] = opts.workloads[w];
-            results.push_back(row);
+// One workload's arms (plain, then each drafter at each K), interleaved
+// round by round; appends a report row per arm to `results`.
+void run_workload(const SpeculativeBenchOptions& opts, const std::string& workload,
+                  const Model& model, ModelRunner& runner, const SpeculativeDrafters& drafters,
+                  const std::vector<std::vector<TokenId>>& prompts, int64_t num_blocks,
+                  nlohmann::json& results) {
+    std::vector<Arm> arms = {Arm{}};
+    for (const std::string& name : opts.drafters) {
+        for (int32_t k : opts.ks) {
+            Arm arm;
+            arm.drafter = name;
+            arm.k = k;
+            arms.push_back(arm);
         }
     }
-    const nlohmann::json report = {
-        {"model", model.config.name},
-        {"early_exit", early_exit_note},
-        {"draft_model", draft_model ? draft_model->config.name : ""},
-        {"max_tokens", opts.max_tokens},
-        {"batch", opts.batch},
-        {"repeats", opts.repeats},
-        {"cpu", cpu_model_name()},
-        {"threads", omp_get_max_threads()},
-        {"date", utc_date()},
-        {"results", results},
-    };
-    if (opts.json) {
-        std::printf("%s\n", report.dump(2).c_str());
-        return;
+    for (int round = 0; round < opts.repeat.repeats; ++round) {
+        for (size_t a = 0; a < arms.size(); ++a) {
+            spdlog::info("{}: round {}/{}, {} K={}", workload, round + 1, opts.repeat.repeats,
+                         arms[a].k == 0 ? "plain" : arms[a].drafter, arms[a].k);
+            run_arm(arms[a], opts, model, runner, drafters.find(arms[a].drafter), prompts,
+                    num_blocks);
+            if (arms[a].outputs != arms[0].outputs) {
+                throw Error(
+                    fmt::format("bench speculative: {} at K={} changed the greedy output: a bug",
+                                arms[a].drafter, arms[a].k));
+            }
+        }
     }
+    for (const Arm& arm : arms) {
+        nlohmann::json row = report_arm(arm, arms[0]);
+        row["workload"] = workload;
+        results.push_back(row);
+    }
+}
+
+void print_speculative_table(const SpeculativeBenchOptions& opts, const Model& model,
+                             const nlohmann::json& results) {
     std::printf("%s, greedy, %d tokens per prompt, batch %lld, %d threads, median of %d rounds\n",
                 model.config.name.c_str(), opts.max_tokens, (long long)opts.batch,
-                omp_get_max_threads(), opts.repeats);
+                omp_get_max_threads(), opts.repeat.repeats);
     std::printf("%-11s %-12s %3s %6s %9s %8s %8s %8s %9s %8s %9s\n", "workload", "drafter", "K",
                 "alpha", "tok/pass", "formula", "verify", "draft", "tok/s", "speedup", "predicted");
     for (const nlohmann::json& r : results) {
@@ -329,9 +310,62 @@ void run(const SpeculativeBenchOptions& opts) {
         "(--json for every figure)\n");
 }
 
+void check_speculative_lists(const SpeculativeBenchOptions& opts) {
+    if (opts.ks.empty() || opts.drafters.empty() || opts.workloads.empty()) {
+        throw Error("bench speculative: --k, --drafters and --workloads need at least one value");
+    }
+    for (int32_t k : opts.ks) {
+        if (k < 1 || k > kMaxSpeculativeTokens) {
+            throw Error(fmt::format("bench speculative: K = {} is outside 1..{}", k,
+                                    kMaxSpeculativeTokens));
+        }
+    }
+}
+
+void run_bench_speculative(const SpeculativeBenchOptions& opts) {
+    check_speculative_lists(opts);
+    const Model model = opts.model.load();
+    ModelRunner runner(model.config, model.weights);
+    std::vector<std::vector<std::vector<TokenId>>> prompt_sets;
+    int64_t longest = 0;
+    for (const std::string& workload : opts.workloads) {
+        prompt_sets.push_back(load_prompts(opts, model, workload));
+        for (const auto& p : prompt_sets.back()) longest = std::max(longest, int64_t(p.size()));
+    }
+    if (longest + opts.max_tokens + kMaxSpeculativeTokens > model.config.context_length) {
+        throw Error("bench speculative: the prompts and --max-tokens exceed the context length");
+    }
+    const int64_t block_size = 16;
+    const int64_t num_blocks =
+        opts.batch * ((longest + opts.max_tokens + kMaxSpeculativeTokens) / block_size + 2);
+    const SpeculativeDrafters drafters =
+        load_speculative_drafters(opts, model, num_blocks, block_size);
+    nlohmann::json results = nlohmann::json::array();
+    for (size_t w = 0; w < opts.workloads.size(); ++w) {
+        run_workload(opts, opts.workloads[w], model, runner, drafters, prompt_sets[w], num_blocks,
+                     results);
+    }
+    if (!opts.output.json) {
+        print_speculative_table(opts, model, results);
+        return;
+    }
+    print_json({
+        {"model", model.config.name},
+        {"early_exit", drafters.early_exit_note},
+        {"draft_model", drafters.draft_model ? drafters.draft_model->config.name : ""},
+        {"max_tokens", opts.max_tokens},
+        {"batch", opts.batch},
+        {"repeats", opts.repeat.repeats},
+        {"cpu", cpu_model_name()},
+        {"threads", omp_get_max_threads()},
+        {"date", utc_date()},
+        {"results", results},
+    });
+}
+
 }  // namespace
 
-void add_bench_speculative_command(CLI::App& bench) {
+void add_bench_speculative(CLI::App& bench) {
     auto opts = std::make_shared<SpeculativeBenchOptions>();
     CLI::App* cmd = bench.add_subcommand(
         "speculative", "speculative decoding against plain decoding, per drafter and K (Lab 6)");
@@ -360,11 +394,9 @@ void add_bench_speculative_command(CLI::App& bench) {
     cmd->add_option("--batch", opts->batch, "prompts decoded together")
         ->check(CLI::Range(int64_t(1), int64_t(256)))
         ->capture_default_str();
-    cmd->add_option("--repeats", opts->repeats, "interleaved rounds (medians)")
-        ->check(CLI::Range(1, 100))
-        ->capture_default_str();
-    cmd->add_flag("--json", opts->json, "print one JSON object");
-    cmd->callback([opts] { run(*opts); });
+    opts->repeat.add_to(*cmd, "interleaved rounds (medians)", 100);
+    opts->output.add_to(*cmd);
+    cmd->callback([opts] { run_bench_speculative(*opts); });
 }
 
 }  // namespace servelab::cli

@@ -30,22 +30,12 @@ struct ThroughputBenchOptions {
     ModelOptions model;
     CacheOptions cache;
     SpeculationOptions speculation;
-    std::string trace = "data/traces/sharegpt_like.jsonl";
-    int64_t limit = 64;
-    int64_t max_output = 0;
-    int64_t max_prompt = 0;
-    double request_rate = 0;
-    int64_t max_concurrency = 0;
-    uint64_t seed = 0;
+    TraceOptions trace{.path = "data/traces/sharegpt_like.jsonl", .limit = 64};
+    ArrivalOptions arrivals;
     std::string batching = "continuous";
-    std::string policy = "fcfs";
-    int64_t max_num_seqs = 64;
-    int64_t max_num_batched_tokens = 512;
-    // The engine's default (SchedulerConfig), so a bench measures what a server does.
-    int64_t long_prefill_tokens = SchedulerConfig{}.long_prefill_tokens;
-    bool no_chunked_prefill = false;
-    bool json = false;
-    std::string output;
+    SchedulerOptions scheduler;
+    OutputOptions output;
+    std::string output_path;  // --output: the JSON with every request and step
     bool no_progress = false;
 };
 
@@ -174,48 +164,28 @@ void print_table(const nlohmann::json& config, const ServingMetrics& m) {
     std::printf("prefix-cache hits   %9.1f%% of prompt tokens\n", 100 * m.prefix_hit_rate);
 }
 
-void run(const ThroughputBenchOptions& opts) {
-    std::vector<TraceRequest> trace = load_trace(opts.trace);
-    if (opts.limit > 0 && opts.limit < int64_t(trace.size())) trace.resize(size_t(opts.limit));
-    for (TraceRequest& r : trace) {
-        if (opts.max_output > 0) r.output_tokens = std::min(r.output_tokens, opts.max_output);
-        r.truncate_prompt(opts.max_prompt);
-    }
-    Model model = opts.model.load();
-    if (!opts.cache.paged(model.config)) {
-        throw Error(
-            "bench throughput runs on the paged KV cache: drop --kv-layout contiguous / "
-            "--no-kv-cache / --kv-dtype");
-    }
-    ModelRunner runner(model.config, model.weights);
-    SchedulerConfig scheduler;
-    scheduler.max_num_seqs = opts.max_num_seqs;
-    scheduler.max_num_batched_tokens = opts.max_num_batched_tokens;
-    scheduler.chunked_prefill = !opts.no_chunked_prefill;
-    scheduler.long_prefill_tokens = opts.long_prefill_tokens;
-    scheduler.static_batching = opts.batching == "static";
-    scheduler.policy = parse_scheduling_policy(opts.policy);
-    CliGenerator generator(opts.cache, model, runner, scheduler, opts.speculation);
-    Engine& engine = *generator.engine();
-    const int64_t num_blocks = engine.kv().cache().num_blocks();
-
-    const nlohmann::json config = {
+// What the run was: model, trace, engine and machine (the report's "config").
+nlohmann::json throughput_config(const ThroughputBenchOptions& opts, const Model& model,
+                                 size_t num_requests, const SchedulerConfig& scheduler,
+                                 const CliGenerator& generator, int64_t num_blocks) {
+    const ArrivalOptions& arrivals = opts.arrivals;
+    return {
         {"model", model.config.name},
-        {"trace", opts.trace},
-        {"requests", trace.size()},
+        {"trace", opts.trace.path},
+        {"requests", num_requests},
         {"batching", opts.batching},
-        {"policy", opts.policy},
+        {"policy", opts.scheduler.policy},
         {"prefix_cache", prefix_cache_kind_name(opts.cache.prefix_cache_kind())},
-        {"arrivals", opts.request_rate > 0 ? fmt::format("Poisson {:g} requests/s (seed {})",
-                                                         opts.request_rate, opts.seed)
-                                           : std::string("all at once")},
-        {"concurrency", opts.max_concurrency > 0
-                            ? fmt::format("at most {} concurrent", opts.max_concurrency)
+        {"arrivals", arrivals.request_rate > 0 ? fmt::format("Poisson {:g} requests/s (seed {})",
+                                                             arrivals.request_rate, arrivals.seed)
+                                               : std::string("all at once")},
+        {"concurrency", arrivals.max_concurrency > 0
+                            ? fmt::format("at most {} concurrent", arrivals.max_concurrency)
                             : std::string("no concurrency limit")},
-        {"request_rate", opts.request_rate},
-        {"max_concurrency", opts.max_concurrency},
-        {"max_num_seqs", opts.max_num_seqs},
-        {"max_num_batched_tokens", opts.max_num_batched_tokens},
+        {"request_rate", arrivals.request_rate},
+        {"max_concurrency", arrivals.max_concurrency},
+        {"max_num_seqs", scheduler.max_num_seqs},
+        {"max_num_batched_tokens", scheduler.max_num_batched_tokens},
         {"chunked_prefill", scheduler.chunked_prefill},
         {"long_prefill_tokens", scheduler.long_prefill_tokens},
         {"speculate", opts.speculation.num_tokens},
@@ -225,31 +195,54 @@ void run(const ThroughputBenchOptions& opts) {
         {"cpu", cpu_model_name()},
         {"threads", omp_get_max_threads()},
         {"date", utc_date()}};
-    spdlog::info("replaying {} requests ({} batching)", trace.size(), opts.batching);
+}
 
+ReplayResult replay_with_progress(const ThroughputBenchOptions& opts, Engine& engine,
+                                  const std::vector<TraceRequest>& trace, int64_t vocab_size) {
     ProgressBar bar(!opts.no_progress);
     ReplayOptions replay;
-    replay.request_rate = opts.request_rate;
-    replay.max_concurrency = opts.max_concurrency;
-    replay.seed = opts.seed;
+    replay.request_rate = opts.arrivals.request_rate;
+    replay.max_concurrency = opts.arrivals.max_concurrency;
+    replay.seed = opts.arrivals.seed;
     replay.num_speculative_tokens = opts.speculation.num_tokens;
     replay.drafter = opts.speculation.enabled() ? opts.speculation.drafter : "";
-    const ReplayResult run = replay_trace(engine, trace, model.config.vocab_size, replay,
-                                          [&bar](const ReplayProgress& p) { bar.update(p); });
+    return replay_trace(engine, trace, vocab_size, replay,
+                        [&bar](const ReplayProgress& p) { bar.update(p); });
+}
+
+// --output: the report with every request and step, for the notebooks' timelines.
+void write_full_report(const std::string& path, nlohmann::json full, const ReplayResult& run) {
+    full["requests"] = requests_json(run.requests);
+    full["steps"] = steps_json(run.steps);
+    std::ofstream file(path);
+    if (!file) throw Error(fmt::format("--output {}: cannot write", path));
+    file << full.dump(1) << "\n";
+}
+
+void run_bench_throughput(const ThroughputBenchOptions& opts) {
+    const std::vector<TraceRequest> trace = opts.trace.load();
+    Model model = opts.model.load();
+    if (!opts.cache.paged(model.config)) {
+        throw Error(
+            "bench throughput runs on the paged KV cache: drop --kv-layout contiguous / "
+            "--no-kv-cache / --kv-dtype");
+    }
+    ModelRunner runner(model.config, model.weights);
+    SchedulerConfig scheduler = opts.scheduler.resolve();
+    scheduler.static_batching = opts.batching == "static";
+    CliGenerator generator(opts.cache, model, runner, scheduler, opts.speculation);
+    Engine& engine = *generator.engine();
+    const int64_t num_blocks = engine.kv().cache().num_blocks();
+    const nlohmann::json config =
+        throughput_config(opts, model, trace.size(), scheduler, generator, num_blocks);
+    spdlog::info("replaying {} requests ({} batching)", trace.size(), opts.batching);
+    const ReplayResult run = replay_with_progress(opts, engine, trace, model.config.vocab_size);
     const ServingMetrics metrics =
         summarize_run(run.requests, run.steps, run.duration_s, num_blocks);
-
     const nlohmann::json report = {{"config", config}, {"summary", summary_json(metrics)}};
-    if (!opts.output.empty()) {
-        nlohmann::json full = report;
-        full["requests"] = requests_json(run.requests);
-        full["steps"] = steps_json(run.steps);
-        std::ofstream file(opts.output);
-        if (!file) throw Error(fmt::format("--output {}: cannot write", opts.output));
-        file << full.dump(1) << "\n";
-    }
-    if (opts.json) {
-        std::printf("%s\n", report.dump(2).c_str());
+    if (!opts.output_path.empty()) write_full_report(opts.output_path, report, run);
+    if (opts.output.json) {
+        print_json(report);
     } else {
         print_table(config, metrics);
     }
@@ -257,63 +250,27 @@ void run(const ThroughputBenchOptions& opts) {
 
 }  // namespace
 
-void add_bench_throughput_command(CLI::App& bench) {
+void add_bench_throughput(CLI::App& bench) {
     auto opts = std::make_shared<ThroughputBenchOptions>();
     CLI::App* cmd = bench.add_subcommand(
         "throughput", "replay a trace through the continuous-batching engine (Lab 5)");
     opts->model.add_to(*cmd);
     opts->cache.add_to(*cmd);
     opts->speculation.add_to(*cmd);
-    cmd->add_option("--trace", opts->trace, "JSONL trace (see data/traces/README.md)")
-        ->capture_default_str();
-    cmd->add_option("--limit", opts->limit, "replay the first N requests (0 = all)")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
-    cmd->add_option("--max-output", opts->max_output, "cap each request's output (0 = trace's)")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
-    cmd->add_option("--max-prompt", opts->max_prompt,
-                    "cap each request's prompt (0 = trace's; a shared prefix is cut with it)")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
-    cmd->add_option("--request-rate", opts->request_rate,
-                    "Poisson arrivals at this many requests/s (0 = all at once)")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
-    cmd->add_option("--max-concurrency", opts->max_concurrency,
-                    "at most N requests in the engine at once, like N clients (0 = no limit)")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
-    cmd->add_option("--seed", opts->seed, "seed of the arrival process")->capture_default_str();
+    opts->trace.add_to(*cmd,
+                       TraceOptions::kLimit | TraceOptions::kMaxOutput | TraceOptions::kMaxPrompt);
+    opts->arrivals.add_to(*cmd);
     cmd->add_option("--batching", opts->batching,
                     "'continuous' (requests join and leave every step) or 'static' (a batch "
                     "starts together and ends together: the baseline)")
         ->check(CLI::IsMember({"continuous", "static"}))
         ->capture_default_str();
-    cmd->add_option("--policy", opts->policy,
-                    "which waiting request goes next: 'fcfs', 'priority' or 'lpm' (longest "
-                    "cached prefix first, with a starvation bound: Lab 11)")
-        ->check(CLI::IsMember({"fcfs", "priority", "lpm"}))
-        ->capture_default_str();
-    cmd->add_option("--max-num-seqs", opts->max_num_seqs, "requests running at once")
-        ->check(CLI::Range(int64_t(1), int64_t(4096)))
-        ->capture_default_str();
-    cmd->add_option("--max-num-batched-tokens", opts->max_num_batched_tokens,
-                    "tokens computed per step (the token budget)")
-        ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
-        ->capture_default_str();
-    cmd->add_flag("--no-chunked-prefill", opts->no_chunked_prefill,
-                  "admit a prompt only if it fits one step's budget whole");
-    cmd->add_option("--long-prefill-tokens", opts->long_prefill_tokens,
-                    "while others run or wait, a prompt computes at most this many tokens per "
-                    "step (fair prefill; 0 = no cap)")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
-    cmd->add_flag("--json", opts->json, "print the summary as one JSON object");
-    cmd->add_option("--output", opts->output,
+    opts->scheduler.add_to(*cmd, {"fcfs", "priority", "lpm"}, true);
+    opts->output.add_to(*cmd, "print the summary as one JSON object");
+    cmd->add_option("--output", opts->output_path,
                     "also write the JSON, with every request and step, to this file");
     cmd->add_flag("--no-progress", opts->no_progress, "no progress bar on stderr");
-    cmd->callback([opts] { run(*opts); });
+    cmd->callback([opts] { run_bench_throughput(*opts); });
 }
 
 }  // namespace servelab::cli

@@ -107,9 +107,15 @@ void chat_on_rank(const ChatOptions& opts, const SamplingParams& params, RankCon
     }
 }
 
+void run_chat(const ChatOptions& opts) {
+    const SamplingParams params = opts.sampling.resolve();
+    run_on_ranks(opts.tp, opts.model, opts.cache.mla_mode(),
+                 [&opts, &params](RankContext& rank) { chat_on_rank(opts, params, rank); });
+}
+
 }  // namespace
 
-void add_chat_command(CLI::App& app) {
+void add_chat(CLI::App& app) {
     auto opts = std::make_shared<ChatOptions>();
     opts->sampling.params.max_tokens = 256;
     CLI::App* cmd = app.add_subcommand("chat", "chat with the model (its own chat template)");
@@ -121,11 +127,7 @@ void add_chat_command(CLI::App& app) {
                     "system prompt (default: the model's chat template's own, if any)");
     cmd->add_option("--message", opts->message, "first user message");
     opts->tp.add_to(*cmd);
-    cmd->callback([opts] {
-        const SamplingParams params = opts->sampling.resolve();
-        run_on_ranks(opts->tp, opts->model, opts->cache.mla_mode(),
-                     [&opts, &params](RankContext& rank) { chat_on_rank(*opts, params, rank); });
-    });
+    cmd->callback([opts] { run_chat(*opts); });
 }
 
 }  // namespace servelab::cli

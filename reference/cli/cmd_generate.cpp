@@ -84,7 +84,7 @@ struct GenerateOptions {
     std::string tokens;
     int num_completions = 1;
     bool chat = false;
-    bool json = false;
+    OutputOptions output;
 };
 
 // The request through the one front door (request_builder.h), as the server builds it.
@@ -113,7 +113,7 @@ void generate_on_rank(const GenerateOptions& opts, const SamplingParams& params,
     const EngineRequest request = request_of(opts, params, model);
     CliGenerator generator(opts.cache, model, rank.runner, {}, opts.speculation,
                            rank.talks_to_user());
-    const bool stream_text = !opts.json && opts.num_completions == 1 && rank.talks_to_user();
+    const bool stream_text = !opts.output.json && opts.num_completions == 1 && rank.talks_to_user();
     TokenCallback stream;
     if (stream_text) {
         stream = [](TokenId, const std::string& piece) {
@@ -127,7 +127,7 @@ void generate_on_rank(const GenerateOptions& opts, const SamplingParams& params,
     const std::vector<GenerationResult> results =
         generator.generate(request.prompt, request.params, request.num_completions, stream);
     if (!rank.talks_to_user()) return;
-    if (opts.json) {
+    if (opts.output.json) {
         nlohmann::json report = result_to_json(results[0]);
         if (results.size() > 1) {
             report["choices"] = nlohmann::json::array();
@@ -138,7 +138,7 @@ void generate_on_rank(const GenerateOptions& opts, const SamplingParams& params,
         report["tensor_parallel"] = tensor_parallel_report(
             rank, before, model.config, rank.runner.num_tokens_computed() - tokens_before,
             rank.runner.num_logit_rows_computed() - rows_before);
-        std::printf("%s\n", report.dump(2).c_str());
+        print_json(report);
         return;
     }
     if (!stream_text) {
@@ -157,9 +157,18 @@ void generate_on_rank(const GenerateOptions& opts, const SamplingParams& params,
         finish_reason_name(first.finish_reason));
 }
 
+void run_generate(const GenerateOptions& opts) {
+    if (opts.prompt.empty() && opts.tokens.empty()) {
+        throw Error("generate: give --prompt or --tokens");
+    }
+    const SamplingParams params = opts.sampling.resolve();
+    run_on_ranks(opts.tp, opts.model, opts.cache.mla_mode(),
+                 [&opts, &params](RankContext& rank) { generate_on_rank(opts, params, rank); });
+}
+
 }  // namespace
 
-void add_generate_command(CLI::App& app) {
+void add_generate(CLI::App& app) {
     auto opts = std::make_shared<GenerateOptions>();
     CLI::App* cmd = app.add_subcommand("generate", "generate text from a prompt");
     opts->model.add_to(*cmd);
@@ -176,16 +185,8 @@ void add_generate_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_flag("--chat", opts->chat,
                   "wrap the prompt as one user turn of the model's chat template");
-    cmd->add_flag("--json", opts->json, "print one JSON object: text, token ids, timings");
-    cmd->callback([opts] {
-        if (opts->prompt.empty() && opts->tokens.empty()) {
-            throw Error("generate: give --prompt or --tokens");
-        }
-        const SamplingParams params = opts->sampling.resolve();
-        run_on_ranks(
-            opts->tp, opts->model, opts->cache.mla_mode(),
-            [&opts, &params](RankContext& rank) { generate_on_rank(*opts, params, rank); });
-    });
+    opts->output.add_to(*cmd, "print one JSON object: text, token ids, timings");
+    cmd->callback([opts] { run_generate(*opts); });
 }
 
 }  // namespace servelab::cli

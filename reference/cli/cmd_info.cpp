@@ -197,98 +197,114 @@ void print_chat_template(const ChatTemplateReport& report) {
     print_indented(report.example);
 }
 
+struct InfoOptions {
+    std::string path = kDefaultModelPath;
+    OutputOptions output;
+    bool kv = false;
+    std::string kv_budget = "16GiB";
+};
+
+// --kv: the KV-cache footprint of the loaded model beside the named configs.
+void run_info_kv(const InfoOptions& opts, const ModelConfig& config) {
+    const int64_t budget = parse_byte_size(opts.kv_budget);
+    std::vector<NamedModelConfig> configs = {{"(loaded model)", config}};
+    for (auto& named : named_model_configs()) configs.push_back(std::move(named));
+    if (opts.output.json) {
+        nlohmann::json out = kv_report_json(configs, budget);
+        out["loaded_model"] = {{"path", opts.path}, {"name", config.name}};
+        print_json(out);
+    } else {
+        std::printf("(loaded model) = %s, %s\n\n", opts.path.c_str(), config.name.c_str());
+        print_kv_report(configs, budget);
+    }
+}
+
+nlohmann::json info_json(const InfoOptions& opts, const GgufFile& file, const ModelConfig& config) {
+    nlohmann::json out;
+    out["path"] = opts.path;
+    out["gguf_version"] = file.version();
+    out["parameters"] = count_parameters(config);
+    out["kv_bytes_per_token_fp32"] = kv_cache_bytes(config, 1, KvDtype::kF32);
+    for (const auto& [key, value] : file.metadata()) out["metadata"][key] = value_to_json(value);
+    const ChatTemplateReport chat = chat_template_report(file);
+    out["chat_template"] = {{"renders", chat.renders},
+                            {"fallback", chat.renders ? "" : "chatml"},
+                            {"why_not", chat.why_not},
+                            {"example", chat.example}};
+    for (const GgufTensorInfo& t : file.tensors()) {
+        out["tensors"].push_back({{"name", t.name},
+                                  {"type", ggml_type_traits(t.type).name},
+                                  {"dims", t.dims},
+                                  {"bytes", t.size_bytes}});
+    }
+    return out;
+}
+
+// The file, the model's shape, its parameters and its KV cost per token.
+void print_info_summary(const InfoOptions& opts, const GgufFile& file, const ModelConfig& config) {
+    const int64_t parameters = count_parameters(config);
+    std::printf("file:        %s (GGUF v%u, %zu bytes)\n", opts.path.c_str(), file.version(),
+                file.file_size());
+    std::printf("model:       %s (%s)\n", config.name.c_str(), config.architecture.c_str());
+    std::printf(
+        "layers %lld, dim %lld, ffn %lld, heads %lld, kv heads %lld, head dim %lld, "
+        "vocab %lld, context %lld\n",
+        (long long)config.num_layers, (long long)config.dim, (long long)config.ffn_dim,
+        (long long)config.num_heads, (long long)config.num_kv_heads, (long long)config.head_dim,
+        (long long)config.vocab_size, (long long)config.context_length);
+    std::printf("parameters:  %lld (%.1f M)%s\n", (long long)parameters, parameters / 1e6,
+                config.tied_embeddings ? ", output head tied to the embedding" : "");
+    const KvLayout layout = kv_layout(config);
+    std::printf(
+        "KV cache:    %lld bytes per token in fp32 "
+        "(%lld layers x (%lld + %lld cached numbers) x 4 bytes; %s)\n",
+        (long long)kv_cache_bytes(config, 1, KvDtype::kF32), (long long)config.num_layers,
+        (long long)layout.keys.elements(), (long long)layout.values.elements(),
+        attention_label(config).c_str());
+}
+
+void print_info(const InfoOptions& opts, const GgufFile& file, const ModelConfig& config) {
+    print_info_summary(opts, file, config);
+    std::printf("\nmetadata (%zu keys):\n", file.metadata().size());
+    for (const auto& [key, value] : file.metadata()) {
+        std::string text = value_to_string(value);
+        if (text.size() > 100) text = text.substr(0, 97) + "...";
+        std::printf("  %-45s %s\n", key.c_str(), text.c_str());
+    }
+    std::printf("\ntensors (%zu):\n", file.tensors().size());
+    for (const GgufTensorInfo& t : file.tensors()) {
+        std::printf("  %-32s %-5s %-16s %12llu bytes\n", t.name.c_str(),
+                    std::string(ggml_type_traits(t.type).name).c_str(),
+                    dims_to_string(t.dims).c_str(), (unsigned long long)t.size_bytes);
+    }
+    print_chat_template(chat_template_report(file));
+}
+
+void run_info(const InfoOptions& opts) {
+    // Only the header is needed: the weights are not dequantized.
+    const GgufFile file = GgufFile::open(opts.path);
+    const ModelConfig config = ModelConfig::from_gguf(file);
+    if (opts.kv) {
+        run_info_kv(opts, config);
+    } else if (opts.output.json) {
+        print_json(info_json(opts, file, config));
+    } else {
+        print_info(opts, file, config);
+    }
+}
+
 }  // namespace
 
-void add_info_command(CLI::App& app) {
-    struct Options {
-        std::string path = kDefaultModelPath;
-        bool json = false;
-        bool kv = false;
-        std::string kv_budget = "16GiB";
-    };
-    auto opts = std::make_shared<Options>();
+void add_info(CLI::App& app) {
+    auto opts = std::make_shared<InfoOptions>();
     CLI::App* cmd = app.add_subcommand("info", "show a model's metadata, tensors and sizes");
     cmd->add_option("-m,--model", opts->path, "GGUF model file")->capture_default_str();
-    cmd->add_flag("--json", opts->json, "print one JSON object");
+    opts->output.add_to(*cmd);
     cmd->add_flag("--kv", opts->kv,
                   "KV-cache footprint of this model and of named configs (Lab 3)");
     cmd->add_option("--kv-budget", opts->kv_budget, "memory for the KV cache, e.g. 16GiB, 80GB")
         ->capture_default_str();
-    cmd->callback([opts] {
-        // Only the header is needed: the weights are not dequantized.
-        const GgufFile file = GgufFile::open(opts->path);
-        const ModelConfig config = ModelConfig::from_gguf(file);
-        const int64_t parameters = count_parameters(config);
-
-        if (opts->kv) {
-            const int64_t budget = parse_byte_size(opts->kv_budget);
-            std::vector<NamedModelConfig> configs = {{"(loaded model)", config}};
-            for (auto& named : named_model_configs()) configs.push_back(std::move(named));
-            if (opts->json) {
-                nlohmann::json out = kv_report_json(configs, budget);
-                out["loaded_model"] = {{"path", opts->path}, {"name", config.name}};
-                std::printf("%s\n", out.dump(2).c_str());
-            } else {
-                std::printf("(loaded model) = %s, %s\n\n", opts->path.c_str(), config.name.c_str());
-                print_kv_report(configs, budget);
-            }
-            return;
-        }
-
-        if (opts->json) {
-            nlohmann::json out;
-            out["path"] = opts->path;
-            out["gguf_version"] = file.version();
-            out["parameters"] = parameters;
-            out["kv_bytes_per_token_fp32"] = kv_cache_bytes(config, 1, KvDtype::kF32);
-            for (const auto& [key, value] : file.metadata())
-                out["metadata"][key] = value_to_json(value);
-            const ChatTemplateReport chat = chat_template_report(file);
-            out["chat_template"] = {{"renders", chat.renders},
-                                    {"fallback", chat.renders ? "" : "chatml"},
-                                    {"why_not", chat.why_not},
-                                    {"example", chat.example}};
-            for (const GgufTensorInfo& t : file.tensors()) {
-                out["tensors"].push_back({{"name", t.name},
-                                          {"type", ggml_type_traits(t.type).name},
-                                          {"dims", t.dims},
-                                          {"bytes", t.size_bytes}});
-            }
-            std::printf("%s\n", out.dump(2).c_str());
-            return;
-        }
-        std::printf("file:        %s (GGUF v%u, %zu bytes)\n", opts->path.c_str(), file.version(),
-                    file.file_size());
-        std::printf("model:       %s (%s)\n", config.name.c_str(), config.architecture.c_str());
-        std::printf(
-            "layers %lld, dim %lld, ffn %lld, heads %lld, kv heads %lld, head dim %lld, "
-            "vocab %lld, context %lld\n",
-            (long long)config.num_layers, (long long)config.dim, (long long)config.ffn_dim,
-            (long long)config.num_heads, (long long)config.num_kv_heads, (long long)config.head_dim,
-            (long long)config.vocab_size, (long long)config.context_length);
-        std::printf("parameters:  %lld (%.1f M)%s\n", (long long)parameters, parameters / 1e6,
-                    config.tied_embeddings ? ", output head tied to the embedding" : "");
-        const KvLayout layout = kv_layout(config);
-        std::printf(
-            "KV cache:    %lld bytes per token in fp32 "
-            "(%lld layers x (%lld + %lld cached numbers) x 4 bytes; %s)\n",
-            (long long)kv_cache_bytes(config, 1, KvDtype::kF32), (long long)config.num_layers,
-            (long long)layout.keys.elements(), (long long)layout.values.elements(),
-            attention_label(config).c_str());
-        std::printf("\nmetadata (%zu keys):\n", file.metadata().size());
-        for (const auto& [key, value] : file.metadata()) {
-            std::string text = value_to_string(value);
-            if (text.size() > 100) text = text.substr(0, 97) + "...";
-            std::printf("  %-45s %s\n", key.c_str(), text.c_str());
-        }
-        std::printf("\ntensors (%zu):\n", file.tensors().size());
-        for (const GgufTensorInfo& t : file.tensors()) {
-            std::printf("  %-32s %-5s %-16s %12llu bytes\n", t.name.c_str(),
-                        std::string(ggml_type_traits(t.type).name).c_str(),
-                        dims_to_string(t.dims).c_str(), (unsigned long long)t.size_bytes);
-        }
-        print_chat_template(chat_template_report(file));
-    });
+    cmd->callback([opts] { run_info(*opts); });
 }
 
 }  // namespace servelab::cli

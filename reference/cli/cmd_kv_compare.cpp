@@ -60,20 +60,80 @@ nlohmann::json to_json(const KvQuality& q) {
             {"identical_prefix", q.identical_prefix}};
 }
 
+struct KvCompareOptions {
+    ModelOptions model;
+    std::string candidate = "int8";
+    std::string baseline = "f32";
+    std::vector<std::string> prompts;
+    std::string prompts_file;
+    int64_t max_prompts = 1000;
+    int64_t gen_tokens = 32;
+    OutputOptions output;
+};
+
+// The file's prompts (--prompts-file), then the -p texts, tokenized.
+std::vector<NamedPrompt> kv_compare_prompts(const KvCompareOptions& opts, const Model& model) {
+    std::vector<NamedPrompt> prompts;
+    if (!opts.prompts_file.empty()) {
+        prompts = read_prompts_file(opts.prompts_file, opts.max_prompts);
+    }
+    for (const std::string& text : opts.prompts) {
+        prompts.push_back({text, model.tokenizer.encode(text, true)});
+    }
+    if (prompts.empty()) throw Error("kv-compare: give -p/--prompt or --prompts-file");
+    return prompts;
+}
+
+void print_kv_comparison(const KvCompareOptions& opts, size_t num_prompts, const KvQuality& total) {
+    std::printf(
+        "%s vs %s KV cache over %zu prompts x %lld tokens:\n"
+        "  teacher-forced argmax agreement: %lld/%lld (%.2f%%)\n"
+        "  largest |logit error|:           %.4f (largest |logit| %.2f)\n"
+        "  free-running identical tokens:   %lld/%lld\n",
+        opts.candidate.c_str(), opts.baseline.c_str(), num_prompts, (long long)opts.gen_tokens,
+        (long long)total.argmax_agreements, (long long)total.compared_steps,
+        100.0 * double(total.argmax_agreements) / double(total.compared_steps),
+        total.max_abs_logit_error, total.max_abs_logit, (long long)total.identical_prefix,
+        (long long)total.generated_tokens);
+}
+
+void run_kv_compare(const KvCompareOptions& opts) {
+    Model model = opts.model.load();
+    const std::vector<NamedPrompt> prompts = kv_compare_prompts(opts, model);
+    ModelRunner runner(model.config, model.weights);
+    const KvDtype baseline = parse_kv_dtype(opts.baseline);
+    const KvDtype candidate = parse_kv_dtype(opts.candidate);
+    std::vector<KvQuality> results;
+    nlohmann::json per_prompt = nlohmann::json::array();
+    for (const NamedPrompt& prompt : prompts) {
+        if (prompt.ids.empty()) throw Error("kv-compare: empty prompt '" + prompt.name + "'");
+        results.push_back(measure_kv_quality(runner, model.config, model.tokenizer, prompt.ids,
+                                             opts.gen_tokens, baseline, candidate));
+        const KvQuality& q = results.back();
+        spdlog::info("{}: argmax agrees {}/{}, max |dlogit| {:.4f}, identical prefix {}/{}",
+                     prompt.name, q.argmax_agreements, q.compared_steps, q.max_abs_logit_error,
+                     q.identical_prefix, q.generated_tokens);
+        nlohmann::json entry = to_json(q);
+        entry["name"] = prompt.name;
+        per_prompt.push_back(entry);
+    }
+    const KvQuality total = combine(results);
+    if (!opts.output.json) {
+        print_kv_comparison(opts, prompts.size(), total);
+        return;
+    }
+    print_json({{"baseline", opts.baseline},
+                {"candidate", opts.candidate},
+                {"model", model.config.name},
+                {"gen_tokens", opts.gen_tokens},
+                {"total", to_json(total)},
+                {"prompts", per_prompt}});
+}
+
 }  // namespace
 
-void add_kv_compare_command(CLI::App& app) {
-    struct Options {
-        ModelOptions model;
-        std::string candidate = "int8";
-        std::string baseline = "f32";
-        std::vector<std::string> prompts;
-        std::string prompts_file;
-        int64_t max_prompts = 1000;
-        int64_t gen_tokens = 32;
-        bool json = false;
-    };
-    auto opts = std::make_shared<Options>();
+void add_kv_compare(CLI::App& app) {
+    auto opts = std::make_shared<KvCompareOptions>();
     CLI::App* cmd = app.add_subcommand(
         "kv-compare", "logit error and greedy agreement of a KV cache type vs fp32 (Lab 3)");
     opts->model.add_to(*cmd);
@@ -92,56 +152,8 @@ void add_kv_compare_command(CLI::App& app) {
     cmd->add_option("--gen-tokens", opts->gen_tokens, "greedy tokens per prompt")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
         ->capture_default_str();
-    cmd->add_flag("--json", opts->json, "print one JSON object");
-    cmd->callback([opts] {
-        Model model = opts->model.load();
-        std::vector<NamedPrompt> prompts;
-        if (!opts->prompts_file.empty()) {
-            prompts = read_prompts_file(opts->prompts_file, opts->max_prompts);
-        }
-        for (const std::string& text : opts->prompts) {
-            prompts.push_back({text, model.tokenizer.encode(text, true)});
-        }
-        if (prompts.empty()) throw Error("kv-compare: give -p/--prompt or --prompts-file");
-
-        ModelRunner runner(model.config, model.weights);
-        const KvDtype baseline = parse_kv_dtype(opts->baseline);
-        const KvDtype candidate = parse_kv_dtype(opts->candidate);
-        std::vector<KvQuality> results;
-        nlohmann::json per_prompt = nlohmann::json::array();
-        for (const NamedPrompt& prompt : prompts) {
-            if (prompt.ids.empty()) throw Error("kv-compare: empty prompt '" + prompt.name + "'");
-            results.push_back(measure_kv_quality(runner, model.config, model.tokenizer, prompt.ids,
-                                                 opts->gen_tokens, baseline, candidate));
-            const KvQuality& q = results.back();
-            spdlog::info("{}: argmax agrees {}/{}, max |dlogit| {:.4f}, identical prefix {}/{}",
-                         prompt.name, q.argmax_agreements, q.compared_steps, q.max_abs_logit_error,
-                         q.identical_prefix, q.generated_tokens);
-            nlohmann::json entry = to_json(q);
-            entry["name"] = prompt.name;
-            per_prompt.push_back(entry);
-        }
-        const KvQuality total = combine(results);
-        if (opts->json) {
-            const nlohmann::json out = {
-                {"baseline", opts->baseline}, {"candidate", opts->candidate},
-                {"model", model.config.name}, {"gen_tokens", opts->gen_tokens},
-                {"total", to_json(total)},    {"prompts", per_prompt}};
-            std::printf("%s\n", out.dump(2).c_str());
-            return;
-        }
-        std::printf(
-            "%s vs %s KV cache over %zu prompts x %lld tokens:\n"
-            "  teacher-forced argmax agreement: %lld/%lld (%.2f%%)\n"
-            "  largest |logit error|:           %.4f (largest |logit| %.2f)\n"
-            "  free-running identical tokens:   %lld/%lld\n",
-            opts->candidate.c_str(), opts->baseline.c_str(), prompts.size(),
-            (long long)opts->gen_tokens, (long long)total.argmax_agreements,
-            (long long)total.compared_steps,
-            100.0 * double(total.argmax_agreements) / double(total.compared_steps),
-            total.max_abs_logit_error, total.max_abs_logit, (long long)total.identical_prefix,
-            (long long)total.generated_tokens);
-    });
+    opts->output.add_to(*cmd);
+    cmd->callback([opts] { run_kv_compare(*opts); });
 }
 
 }  // namespace servelab::cli

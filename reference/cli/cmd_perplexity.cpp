@@ -35,7 +35,7 @@ struct PerplexityOptions {
     int64_t stride_tokens = 0;  // 0: the context (non-overlapping windows)
     int64_t max_windows = 0;    // 0: every window that fits
     std::string reference_path;
-    bool json = false;
+    OutputOptions output;
 };
 
 std::string read_text(const std::string& path) {
@@ -72,89 +72,133 @@ nlohmann::json scores_json(const NllSum& nll) {
             {"mean_nll_nats", nll.mean_nats()}};
 }
 
-void run(const PerplexityOptions& opts) {
-    const std::string text = read_text(opts.text_path);
-    const Model model = opts.model.load();
+// The model under test and, with --kl-against, the reference it is compared with.
+struct PerplexityModels {
+    Model model;
     std::optional<Model> reference;
+};
+
+PerplexityModels load_perplexity_models(const PerplexityOptions& opts) {
+    PerplexityModels models{opts.model.load(), std::nullopt};
     if (!opts.reference_path.empty()) {
         ModelOptions reference_options = opts.model;
         reference_options.path = opts.reference_path;
-        reference.emplace(reference_options.load());
-        check_same_vocabulary(model, *reference, opts.reference_path);
+        models.reference.emplace(reference_options.load());
+        check_same_vocabulary(models.model, *models.reference, opts.reference_path);
     }
-    if (opts.context_tokens > model.config.context_length) {
+    if (opts.context_tokens > models.model.config.context_length) {
         throw Error(fmt::format("perplexity: --context {} is longer than the model's context, {}",
-                                opts.context_tokens, model.config.context_length));
+                                opts.context_tokens, models.model.config.context_length));
     }
+    return models;
+}
 
+// What one scoring run measured, for the report.
+struct PerplexityRun {
+    size_t text_tokens = 0;
+    PerplexityWindowPlan plan;
+    bool window_starts_with_bos = false;
+    double tokenize_s = 0;
+    double score_s = 0;
+    PerplexityScores scores;
+
+    double tokens_per_second() const {
+        return double(int64_t(plan.windows.size()) * plan.context_tokens) / score_s;
+    }
+};
+
+PerplexityRun score_perplexity(const PerplexityOptions& opts, const std::string& text,
+                               const PerplexityModels& models) {
+    const Model& model = models.model;
+    const std::optional<Model>& reference = models.reference;
+    PerplexityRun run;
     const auto tokenize_start = std::chrono::steady_clock::now();
     const std::vector<TokenId> tokens = perplexity_text_tokens(model, text);
-    const double tokenize_s =
+    run.tokenize_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - tokenize_start).count();
-    const PerplexityWindowPlan plan = plan_perplexity_windows(
-        int64_t(tokens.size()), opts.context_tokens, opts.stride_tokens, opts.max_windows);
+    run.text_tokens = tokens.size();
+    run.plan = plan_perplexity_windows(int64_t(tokens.size()), opts.context_tokens,
+                                       opts.stride_tokens, opts.max_windows);
+    const PerplexityWindowPlan& plan = run.plan;
     const TokenId window_bos = perplexity_window_bos(model.tokenizer);
+    run.window_starts_with_bos = window_bos >= 0;
     spdlog::info("{} tokens in {:.1f} s; {} windows of {} tokens, stride {}, {} predictions scored",
-                 tokens.size(), tokenize_s, plan.windows.size(), plan.context_tokens,
+                 tokens.size(), run.tokenize_s, plan.windows.size(), plan.context_tokens,
                  plan.stride_tokens, plan.num_scored_total());
-
     ModelRunner runner(model.config, model.weights);
     std::unique_ptr<ModelRunner> reference_runner;
     if (reference)
         reference_runner = std::make_unique<ModelRunner>(reference->config, reference->weights);
     StageProgress progress("perplexity", spdlog::get_level() <= spdlog::level::info);
     const auto start = std::chrono::steady_clock::now();
-    const PerplexityScores scores = score_windows(
+    run.scores = score_windows(
         runner, reference_runner.get(), tokens, plan, window_bos,
         [&progress](int64_t done, int64_t total) { progress.update("windows", done, total); });
-    const double score_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const int64_t tokens_run = int64_t(plan.windows.size()) * plan.context_tokens;
+    run.score_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return run;
+}
 
-    if (opts.json) {
-        nlohmann::json report = scores_json(scores.nll);
-        report["model"] = opts.model.path;
-        report["text"] = opts.text_path;
-        report["cpu_kernels"] = opts.model.cpu_kernels;
-        report["text_tokens"] = tokens.size();
-        report["context_tokens"] = plan.context_tokens;
-        report["stride_tokens"] = plan.stride_tokens;
-        report["windows"] = plan.windows.size();
-        report["scored_tokens"] = scores.nll.count;
-        report["window_starts_with_bos"] = window_bos >= 0;
-        report["tokenize_seconds"] = tokenize_s;
-        report["seconds"] = score_s;
-        report["tokens_per_second"] = double(tokens_run) / score_s;
-        if (reference) {
-            report["reference"] = scores_json(scores.reference_nll);
-            report["reference"]["model"] = opts.reference_path;
-            report["kl"] = {{"mean_nats", scores.kl.mean_nats()},
-                            {"median_nats", scores.kl.median_nats()},
-                            {"p99_nats", scores.kl.p99_nats()},
-                            {"max_nats", scores.kl.max_nats()},
-                            {"top1_agreement", scores.kl.top1_agreement()}};
-        }
-        std::printf("%s\n", report.dump(2).c_str());
-        return;
+nlohmann::json perplexity_report(const PerplexityOptions& opts, const PerplexityRun& run,
+                                 bool with_reference) {
+    const PerplexityScores& scores = run.scores;
+    nlohmann::json report = scores_json(scores.nll);
+    report["model"] = opts.model.path;
+    report["text"] = opts.text_path;
+    report["cpu_kernels"] = opts.model.cpu_kernels;
+    report["text_tokens"] = run.text_tokens;
+    report["context_tokens"] = run.plan.context_tokens;
+    report["stride_tokens"] = run.plan.stride_tokens;
+    report["windows"] = run.plan.windows.size();
+    report["scored_tokens"] = scores.nll.count;
+    report["window_starts_with_bos"] = run.window_starts_with_bos;
+    report["tokenize_seconds"] = run.tokenize_s;
+    report["seconds"] = run.score_s;
+    report["tokens_per_second"] = run.tokens_per_second();
+    if (with_reference) {
+        report["reference"] = scores_json(scores.reference_nll);
+        report["reference"]["model"] = opts.reference_path;
+        report["kl"] = {{"mean_nats", scores.kl.mean_nats()},
+                        {"median_nats", scores.kl.median_nats()},
+                        {"p99_nats", scores.kl.p99_nats()},
+                        {"max_nats", scores.kl.max_nats()},
+                        {"top1_agreement", scores.kl.top1_agreement()}};
     }
+    return report;
+}
+
+void print_perplexity(const PerplexityOptions& opts, const PerplexityRun& run,
+                      bool with_reference) {
+    const PerplexityScores& scores = run.scores;
     std::printf(
         "PPL = %.4f +/- %.5f  (%lld predictions scored, %zu windows of %lld, %.1f s, "
         "%.0f tokens/s)\n",
         scores.nll.perplexity(), scores.nll.perplexity_stderr(), (long long)scores.nll.count,
-        plan.windows.size(), (long long)plan.context_tokens, score_s, double(tokens_run) / score_s);
-    if (reference) {
-        std::printf("reference PPL = %.4f +/- %.5f  (%s)\n", scores.reference_nll.perplexity(),
-                    scores.reference_nll.perplexity_stderr(), opts.reference_path.c_str());
-        std::printf("KL(reference || model), nats: mean %.6f  median %.6f  p99 %.6f  max %.6f\n",
-                    scores.kl.mean_nats(), scores.kl.median_nats(), scores.kl.p99_nats(),
-                    scores.kl.max_nats());
-        std::printf("same top-1 token: %.2f %%\n", 100.0 * scores.kl.top1_agreement());
+        run.plan.windows.size(), (long long)run.plan.context_tokens, run.score_s,
+        run.tokens_per_second());
+    if (!with_reference) return;
+    std::printf("reference PPL = %.4f +/- %.5f  (%s)\n", scores.reference_nll.perplexity(),
+                scores.reference_nll.perplexity_stderr(), opts.reference_path.c_str());
+    std::printf("KL(reference || model), nats: mean %.6f  median %.6f  p99 %.6f  max %.6f\n",
+                scores.kl.mean_nats(), scores.kl.median_nats(), scores.kl.p99_nats(),
+                scores.kl.max_nats());
+    std::printf("same top-1 token: %.2f %%\n", 100.0 * scores.kl.top1_agreement());
+}
+
+void run_perplexity(const PerplexityOptions& opts) {
+    const std::string text = read_text(opts.text_path);
+    const PerplexityModels models = load_perplexity_models(opts);
+    const PerplexityRun run = score_perplexity(opts, text, models);
+    const bool with_reference = models.reference.has_value();
+    if (opts.output.json) {
+        print_json(perplexity_report(opts, run, with_reference));
+    } else {
+        print_perplexity(opts, run, with_reference);
     }
 }
 
 }  // namespace
 
-void add_perplexity_command(CLI::App& app) {
+void add_perplexity(CLI::App& app) {
     auto opts = std::make_shared<PerplexityOptions>();
     CLI::App* cmd = app.add_subcommand(
         "perplexity", "perplexity of a model on a text, and its KL from a reference (Lab 10)");
@@ -174,8 +218,8 @@ void add_perplexity_command(CLI::App& app) {
     cmd->add_option("--kl-against", opts->reference_path,
                     "reference model (e.g. the unquantized one): also report KL(P_ref || P) "
                     "per token and top-1 agreement");
-    cmd->add_flag("--json", opts->json, "print one JSON object");
-    cmd->callback([opts] { run(*opts); });
+    opts->output.add_to(*cmd);
+    cmd->callback([opts] { run_perplexity(*opts); });
 }
 
 }  // namespace servelab::cli

@@ -34,8 +34,8 @@ struct QuantizeCommandOptions {
     int64_t group_size = 32;
     int threads = 0;
     std::string calibration = kDefaultCalibrationText;
-    QuantizeOptions quantize;
-    bool json = false;
+    QuantizeOptions quantize;  // the method's knobs; the scheme is resolved from the above
+    OutputOptions output;
 };
 
 // The storage type and the grid it implies ("fake": F16 values of any grid).
@@ -68,7 +68,8 @@ void resolve_type(const QuantizeCommandOptions& opts, QuantizeOptions& q) {
     q.scheme.group_size = opts.group_size;
 }
 
-nlohmann::json report_json(const QuantizeCommandOptions& opts, const QuantizeReport& r) {
+nlohmann::json report_json(const QuantizeCommandOptions& opts, const QuantizeOptions& q,
+                           const QuantizeReport& r) {
     double rtn = 0.0;
     double method = 0.0;
     for (const LayerError& e : r.errors) {
@@ -87,9 +88,9 @@ nlohmann::json report_json(const QuantizeCommandOptions& opts, const QuantizeRep
             {"output", opts.out},
             {"method", opts.method},
             {"type", opts.type},
-            {"bits", opts.quantize.scheme.bits},
-            {"symmetric", opts.quantize.scheme.symmetric},
-            {"group_size", opts.quantize.scheme.group_size},
+            {"bits", q.scheme.bits},
+            {"symmetric", q.scheme.symmetric},
+            {"group_size", q.scheme.group_size},
             {"bits_per_weight", r.bits_per_weight},
             {"file_bytes", r.file_bytes},
             {"quantized_weights", r.quantized_weights},
@@ -101,9 +102,67 @@ nlohmann::json report_json(const QuantizeCommandOptions& opts, const QuantizeRep
             {"layers", layers}};
 }
 
+void print_quantize_summary(const QuantizeCommandOptions& opts, const QuantizeOptions& q,
+                            const QuantizeReport& report, const nlohmann::json& j) {
+    std::printf("wrote %s: %s %d-bit %s, groups of %lld (%.3f bits per weight), %.1f MB\n",
+                opts.out.c_str(), opts.method.c_str(), q.scheme.bits,
+                q.scheme.symmetric ? "symmetric" : "asymmetric", (long long)q.scheme.group_size,
+                report.bits_per_weight, double(report.file_bytes) / 1e6);
+    std::printf("time: calibration %.1f s, quantization %.1f s, writing %.1f s\n",
+                report.calibration_seconds, report.quantize_seconds, report.write_seconds);
+    if (!report.errors.empty()) {
+        const double rtn = j["total_rtn_output_error"];
+        const double method = j["total_output_error"];
+        std::printf("output error over the calibration inputs: %s %.4g, rtn %.4g (%.1f%%)\n",
+                    opts.method.c_str(), method, rtn, rtn > 0 ? 100.0 * method / rtn : 0.0);
+    }
+}
+
+void run_quantize(const QuantizeCommandOptions& opts) {
+    QuantizeOptions q = opts.quantize;
+    q.method = parse_quant_method(opts.method);
+    resolve_type(opts, q);
+    if (q.method != QuantMethod::kRtn) q.calibration.text_path = opts.calibration;
+    if (opts.threads > 0) omp_set_num_threads(opts.threads);
+    StageProgress progress("quantize", spdlog::get_level() <= spdlog::level::info);
+    const QuantizeReport report = quantize_model(
+        opts.model, opts.out, q, [&](std::string_view stage, int64_t done, int64_t total) {
+            progress.update(stage, done, total);
+        });
+    const nlohmann::json j = report_json(opts, q, report);
+    if (opts.output.json) {
+        print_json(j);
+    } else {
+        print_quantize_summary(opts, q, report, j);
+    }
+}
+
+// The method's knobs: calibration for AWQ and GPTQ, AWQ's grid, GPTQ's damping and block.
+void add_quantize_method_knobs(CLI::App& cmd, QuantizeCommandOptions& opts) {
+    cmd.add_option("--calibration", opts.calibration, "calibration text for awq and gptq")
+        ->capture_default_str();
+    cmd.add_option("--calibration-sequences", opts.quantize.calibration.num_sequences)
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 16))
+        ->capture_default_str();
+    cmd.add_option("--calibration-tokens", opts.quantize.calibration.tokens_per_sequence,
+                   "tokens per calibration sequence")
+        ->check(CLI::Range(int64_t(2), int64_t(1) << 20))
+        ->capture_default_str();
+    cmd.add_option("--awq-grid", opts.quantize.awq_grid, "AWQ: exponents tried in [0, 1)")
+        ->check(CLI::Range(1, 1000))
+        ->capture_default_str();
+    cmd.add_option("--gptq-damping", opts.quantize.gptq.damping,
+                   "GPTQ: λ as a fraction of mean(diag H)")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    cmd.add_option("--gptq-block", opts.quantize.gptq.block_size, "GPTQ: columns per lazy batch")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+        ->capture_default_str();
+}
+
 }  // namespace
 
-void add_quantize_command(CLI::App& app) {
+void add_quantize(CLI::App& app) {
     auto opts = std::make_shared<QuantizeCommandOptions>();
     CLI::App* cmd = app.add_subcommand(
         "quantize", "write a quantized GGUF from a GGUF by RTN, AWQ or GPTQ (Lab 10)");
@@ -123,58 +182,12 @@ void add_quantize_command(CLI::App& app) {
                     "weights of a row sharing one scale (a multiple of 32 for q4_0/q4_1/q8_0)")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
         ->capture_default_str();
-    cmd->add_option("--calibration", opts->calibration, "calibration text for awq and gptq")
-        ->capture_default_str();
-    cmd->add_option("--calibration-sequences", opts->quantize.calibration.num_sequences)
-        ->check(CLI::Range(int64_t(1), int64_t(1) << 16))
-        ->capture_default_str();
-    cmd->add_option("--calibration-tokens", opts->quantize.calibration.tokens_per_sequence,
-                    "tokens per calibration sequence")
-        ->check(CLI::Range(int64_t(2), int64_t(1) << 20))
-        ->capture_default_str();
-    cmd->add_option("--awq-grid", opts->quantize.awq_grid, "AWQ: exponents tried in [0, 1)")
-        ->check(CLI::Range(1, 1000))
-        ->capture_default_str();
-    cmd->add_option("--gptq-damping", opts->quantize.gptq.damping,
-                    "GPTQ: λ as a fraction of mean(diag H)")
-        ->check(CLI::PositiveNumber)
-        ->capture_default_str();
-    cmd->add_option("--gptq-block", opts->quantize.gptq.block_size, "GPTQ: columns per lazy batch")
-        ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
-        ->capture_default_str();
+    add_quantize_method_knobs(*cmd, *opts);
     cmd->add_option("-t,--threads", opts->threads, "CPU threads (0 = all cores)")
         ->check(CLI::Range(0, 4096))
         ->capture_default_str();
-    cmd->add_flag("--json", opts->json, "print the report as one JSON object");
-    cmd->callback([opts] {
-        QuantizeOptions& q = opts->quantize;
-        q.method = parse_quant_method(opts->method);
-        resolve_type(*opts, q);
-        if (q.method != QuantMethod::kRtn) q.calibration.text_path = opts->calibration;
-        if (opts->threads > 0) omp_set_num_threads(opts->threads);
-        StageProgress progress("quantize", spdlog::get_level() <= spdlog::level::info);
-        const QuantizeReport report = quantize_model(
-            opts->model, opts->out, q, [&](std::string_view stage, int64_t done, int64_t total) {
-                progress.update(stage, done, total);
-            });
-        const nlohmann::json j = report_json(*opts, report);
-        if (opts->json) {
-            std::printf("%s\n", j.dump(2).c_str());
-            return;
-        }
-        std::printf("wrote %s: %s %d-bit %s, groups of %lld (%.3f bits per weight), %.1f MB\n",
-                    opts->out.c_str(), opts->method.c_str(), q.scheme.bits,
-                    q.scheme.symmetric ? "symmetric" : "asymmetric", (long long)q.scheme.group_size,
-                    report.bits_per_weight, double(report.file_bytes) / 1e6);
-        std::printf("time: calibration %.1f s, quantization %.1f s, writing %.1f s\n",
-                    report.calibration_seconds, report.quantize_seconds, report.write_seconds);
-        if (!report.errors.empty()) {
-            const double rtn = j["total_rtn_output_error"];
-            const double method = j["total_output_error"];
-            std::printf("output error over the calibration inputs: %s %.4g, rtn %.4g (%.1f%%)\n",
-                        opts->method.c_str(), method, rtn, rtn > 0 ? 100.0 * method / rtn : 0.0);
-        }
-    });
+    opts->output.add_to(*cmd, "print the report as one JSON object");
+    cmd->callback([opts] { run_quantize(*opts); });
 }
 
 }  // namespace servelab::cli

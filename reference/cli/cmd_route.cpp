@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "reference/cli/commands.h"
+#include "reference/cli/shutdown_signals.h"
 #include "reference/common/error.h"
 #include "reference/common/memory_release.h"
 #include "reference/router/backend_pool.h"
@@ -48,17 +49,8 @@ std::chrono::milliseconds ms(double seconds) {
     return std::chrono::milliseconds(int64_t(seconds * 1000.0));
 }
 
-void route(const RouteOptions& opts) {
-    limit_retained_memory();  // before any thread starts: memory_release.h
-    // Signals go to a waiting thread, not to whichever thread they hit, so
-    // the shutdown runs as ordinary code (blocked here, before any thread).
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGTERM);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGHUP);  // a closed terminal: drain too, never die mid-stream
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
+// The --backend URLs, parsed; a URL given twice is refused.
+std::vector<BackendUrl> parse_backends(const RouteOptions& opts) {
     std::vector<BackendUrl> backends;
     for (const std::string& url : opts.backends) {
         const BackendUrl parsed = parse_backend_url(url);
@@ -68,10 +60,11 @@ void route(const RouteOptions& opts) {
         }
         backends.push_back(parsed);
     }
-    const RoutingPolicyKind kind = parse_routing_policy(opts.policy);
-    BackendPool pool(
-        backends, RoutingPolicy(kind, opts.cache_aware),
-        {.interval = ms(opts.health_interval_s), .timeout = ms(opts.health_timeout_s)});
+    return backends;
+}
+
+// The router's options with the seconds above resolved.
+RouterOptions resolved_router(const RouteOptions& opts) {
     RouterOptions router_options = opts.router;
     router_options.upstream = {.connect = ms(opts.connect_timeout_s),
                                .read = ms(opts.request_timeout_s)};
@@ -80,10 +73,12 @@ void route(const RouteOptions& opts) {
     router_options.body_timeout = ms(opts.body_timeout_s);
     router_options.first_byte_timeout = ms(opts.first_byte_timeout_s);
     router_options.idle_timeout = ms(opts.idle_timeout_s);
-    RouterServer router(pool, router_options);
-    const int port = router.bind();
+    return router_options;
+}
 
-    pool.check_all_now();
+// Each backend's first health check, then where the router listens and how it routes.
+void log_routing(const RouteOptions& opts, BackendPool& pool, RoutingPolicyKind kind,
+                 const RouterOptions& router_options, int port) {
     const std::vector<int> healthy = pool.healthy_backends();
     for (int backend = 0; backend < pool.size(); ++backend) {
         const bool up = std::find(healthy.begin(), healthy.end(), backend) != healthy.end();
@@ -102,8 +97,22 @@ void route(const RouteOptions& opts) {
                      port, pool.size(), routing_policy_name(kind));
     }
     if (healthy.empty()) spdlog::warn("no backend is healthy yet: requests get 503 until one is");
-    pool.start_health_checks();
+}
 
+void run_route(const RouteOptions& opts) {
+    limit_retained_memory();                      // before any thread starts: memory_release.h
+    sigset_t signals = block_shutdown_signals();  // before any thread, too
+    const std::vector<BackendUrl> backends = parse_backends(opts);
+    const RoutingPolicyKind kind = parse_routing_policy(opts.policy);
+    BackendPool pool(
+        backends, RoutingPolicy(kind, opts.cache_aware),
+        {.interval = ms(opts.health_interval_s), .timeout = ms(opts.health_timeout_s)});
+    const RouterOptions router_options = resolved_router(opts);
+    RouterServer router(pool, router_options);
+    const int port = router.bind();
+    pool.check_all_now();
+    log_routing(opts, pool, kind, router_options, port);
+    pool.start_health_checks();
     std::atomic<bool> stopped_without_signal{false};
     std::thread drainer;  // started by the first signal
     std::thread signal_waiter([&] {
@@ -132,9 +141,89 @@ void route(const RouteOptions& opts) {
     spdlog::info("stopped");
 }
 
+// Health probes and the cache-aware policy's prefix table and balance thresholds.
+void add_route_policy_flags(CLI::App& cmd, RouteOptions& opts) {
+    cmd.add_option("--health-interval", opts.health_interval_s,
+                   "seconds between two /health probes of a replica")
+        ->check(CLI::Range(0.01, 3600.0))
+        ->capture_default_str();
+    cmd.add_option("--health-timeout", opts.health_timeout_s,
+                   "seconds a probe may take (connect, then answer) before the replica is out")
+        ->check(CLI::Range(0.01, 60.0))
+        ->capture_default_str();
+    cmd.add_option("--prefix-block-chars", opts.router.prefix_block_chars,
+                   "cache-aware: characters per block of the prompt text routed on")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+        ->capture_default_str();
+    cmd.add_option("--prefix-table-entries", opts.cache_aware.max_table_entries,
+                   "cache-aware: prefix blocks remembered (least recently used forgotten)")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 30))
+        ->capture_default_str();
+    cmd.add_option("--balance-abs-threshold", opts.cache_aware.balance_abs_threshold,
+                   "cache-aware: affinity yields to the least loaded replica when the affine "
+                   "one has more than this many outstanding requests above it...")
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 20))
+        ->capture_default_str();
+    cmd.add_option("--balance-rel-threshold", opts.cache_aware.balance_rel_threshold,
+                   "...and more than this many times its count")
+        ->check(CLI::Range(1.0, 1e6))
+        ->capture_default_str();
+}
+
+// How long a replica may take to connect, to begin and to continue an answer.
+void add_route_upstream_flags(CLI::App& cmd, RouteOptions& opts) {
+    cmd.add_option("--connect-timeout", opts.connect_timeout_s,
+                   "seconds to connect to a replica (else the next one is tried)")
+        ->check(CLI::Range(0.01, 60.0))
+        ->capture_default_str();
+    cmd.add_option("--request-timeout", opts.request_timeout_s,
+                   "seconds a replica may stay silent during a request before it fails")
+        ->check(CLI::Range(0.1, 86400.0))
+        ->capture_default_str();
+    cmd.add_option("--first-byte-timeout", opts.first_byte_timeout_s,
+                   "seconds a replica may take to begin its answer before the request is "
+                   "retried on another (a whole answer begins when its last token is done)")
+        ->check(CLI::Range(0.1, 86400.0))
+        ->capture_default_str();
+    cmd.add_option("--idle-timeout", opts.idle_timeout_s,
+                   "seconds a started answer may stay silent before it is cut (a stream "
+                   "ends with an error event)")
+        ->check(CLI::Range(0.1, 86400.0))
+        ->capture_default_str();
+    cmd.add_option("--max-response-bytes", opts.router.max_response_bytes,
+                   "largest whole (non-stream) answer the router holds; larger: 502")
+        ->check(CLI::Range(int64_t(1024), int64_t(1) << 32))
+        ->capture_default_str();
+}
+
+// What clients may send and how long they may take; how long a drain lasts.
+void add_route_client_flags(CLI::App& cmd, RouteOptions& opts) {
+    cmd.add_option("--max-body-bytes", opts.router.max_body_bytes,
+                   "largest request body (larger: 413)")
+        ->check(CLI::Range(int64_t(1024), int64_t(1) << 30))
+        ->capture_default_str();
+    cmd.add_option("--max-connections", opts.router.max_connections,
+                   "client connections served at once (streams included)")
+        ->check(CLI::Range(1, 768))
+        ->capture_default_str();
+    cmd.add_option("--header-timeout", opts.header_timeout_s,
+                   "seconds a connection has to send its whole request head (else 408)")
+        ->check(CLI::Range(0.1, 600.0))
+        ->capture_default_str();
+    cmd.add_option("--body-timeout", opts.body_timeout_s,
+                   "seconds a request has to send its whole body (else 400)")
+        ->check(CLI::Range(0.1, 3600.0))
+        ->capture_default_str();
+    cmd.add_option("--drain-timeout", opts.drain_timeout_s,
+                   "on SIGTERM or SIGHUP, seconds the forwards in flight may run before they "
+                   "are cut")
+        ->check(CLI::Range(0.0, 86400.0))
+        ->capture_default_str();
+}
+
 }  // namespace
 
-void add_route_command(CLI::App& app) {
+void add_route(CLI::App& app) {
     auto opts = std::make_shared<RouteOptions>();
     CLI::App* cmd = app.add_subcommand(
         "route", "OpenAI-compatible router in front of `servelab serve` replicas");
@@ -154,75 +243,10 @@ void add_route_command(CLI::App& app) {
     cmd->add_option("--api-key", opts->router.api_key,
                     "require 'Authorization: Bearer KEY' on /v1/* (the header is passed on "
                     "to the replicas either way)");
-    cmd->add_option("--health-interval", opts->health_interval_s,
-                    "seconds between two /health probes of a replica")
-        ->check(CLI::Range(0.01, 3600.0))
-        ->capture_default_str();
-    cmd->add_option("--health-timeout", opts->health_timeout_s,
-                    "seconds a probe may take (connect, then answer) before the replica is out")
-        ->check(CLI::Range(0.01, 60.0))
-        ->capture_default_str();
-    cmd->add_option("--prefix-block-chars", opts->router.prefix_block_chars,
-                    "cache-aware: characters per block of the prompt text routed on")
-        ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
-        ->capture_default_str();
-    cmd->add_option("--prefix-table-entries", opts->cache_aware.max_table_entries,
-                    "cache-aware: prefix blocks remembered (least recently used forgotten)")
-        ->check(CLI::Range(int64_t(1), int64_t(1) << 30))
-        ->capture_default_str();
-    cmd->add_option("--balance-abs-threshold", opts->cache_aware.balance_abs_threshold,
-                    "cache-aware: affinity yields to the least loaded replica when the affine "
-                    "one has more than this many outstanding requests above it...")
-        ->check(CLI::Range(int64_t(0), int64_t(1) << 20))
-        ->capture_default_str();
-    cmd->add_option("--balance-rel-threshold", opts->cache_aware.balance_rel_threshold,
-                    "...and more than this many times its count")
-        ->check(CLI::Range(1.0, 1e6))
-        ->capture_default_str();
-    cmd->add_option("--connect-timeout", opts->connect_timeout_s,
-                    "seconds to connect to a replica (else the next one is tried)")
-        ->check(CLI::Range(0.01, 60.0))
-        ->capture_default_str();
-    cmd->add_option("--request-timeout", opts->request_timeout_s,
-                    "seconds a replica may stay silent during a request before it fails")
-        ->check(CLI::Range(0.1, 86400.0))
-        ->capture_default_str();
-    cmd->add_option("--first-byte-timeout", opts->first_byte_timeout_s,
-                    "seconds a replica may take to begin its answer before the request is "
-                    "retried on another (a whole answer begins when its last token is done)")
-        ->check(CLI::Range(0.1, 86400.0))
-        ->capture_default_str();
-    cmd->add_option("--idle-timeout", opts->idle_timeout_s,
-                    "seconds a started answer may stay silent before it is cut (a stream "
-                    "ends with an error event)")
-        ->check(CLI::Range(0.1, 86400.0))
-        ->capture_default_str();
-    cmd->add_option("--max-response-bytes", opts->router.max_response_bytes,
-                    "largest whole (non-stream) answer the router holds; larger: 502")
-        ->check(CLI::Range(int64_t(1024), int64_t(1) << 32))
-        ->capture_default_str();
-    cmd->add_option("--max-body-bytes", opts->router.max_body_bytes,
-                    "largest request body (larger: 413)")
-        ->check(CLI::Range(int64_t(1024), int64_t(1) << 30))
-        ->capture_default_str();
-    cmd->add_option("--max-connections", opts->router.max_connections,
-                    "client connections served at once (streams included)")
-        ->check(CLI::Range(1, 768))
-        ->capture_default_str();
-    cmd->add_option("--header-timeout", opts->header_timeout_s,
-                    "seconds a connection has to send its whole request head (else 408)")
-        ->check(CLI::Range(0.1, 600.0))
-        ->capture_default_str();
-    cmd->add_option("--body-timeout", opts->body_timeout_s,
-                    "seconds a request has to send its whole body (else 400)")
-        ->check(CLI::Range(0.1, 3600.0))
-        ->capture_default_str();
-    cmd->add_option("--drain-timeout", opts->drain_timeout_s,
-                    "on SIGTERM or SIGHUP, seconds the forwards in flight may run before they "
-                    "are cut")
-        ->check(CLI::Range(0.0, 86400.0))
-        ->capture_default_str();
-    cmd->callback([opts] { route(*opts); });
+    add_route_policy_flags(*cmd, *opts);
+    add_route_upstream_flags(*cmd, *opts);
+    add_route_client_flags(*cmd, *opts);
+    cmd->callback([opts] { run_route(*opts); });
 }
 
 }  // namespace servelab::cli

@@ -27,6 +27,7 @@
 
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
+#include "reference/cli/shutdown_signals.h"
 #include "reference/common/error.h"
 #include "reference/common/memory_release.h"
 #include "reference/engine/engine.h"
@@ -47,9 +48,7 @@ struct ServeOptions {
     CacheOptions cache;
     SpeculationOptions speculation;
     ServerOptions server;
-    SchedulerConfig scheduler;
-    std::string policy = "fcfs";
-    bool no_chunked_prefill = false;
+    SchedulerOptions scheduler;
     int64_t max_waiting = 256;
     double header_timeout_s = 5;
     double body_timeout_s = 30;
@@ -251,9 +250,7 @@ std::vector<std::unique_ptr<ServedEngine>> build_engines(const ServeOptions& opt
         opts.cache.checked_budget_bytes(physical_memory_bytes(), weights_bytes, "physical memory");
     const std::vector<int64_t> budgets = split_kv_budget(opts, budget_bytes, served);
     const std::shared_ptr<LoopSignal> signal = std::make_shared<LoopSignal>();
-    SchedulerConfig scheduler = opts.scheduler;
-    scheduler.chunked_prefill = !opts.no_chunked_prefill;
-    scheduler.policy = parse_scheduling_policy(opts.policy);
+    SchedulerConfig scheduler = opts.scheduler.resolve();
     scheduler.max_model_len = opts.max_model_len;
     if (served.size() > 1) {
         spdlog::info(
@@ -268,40 +265,46 @@ std::vector<std::unique_ptr<ServedEngine>> build_engines(const ServeOptions& opt
     return served;
 }
 
-void serve(const ServeOptions& opts) {
-    limit_retained_memory();  // before any thread starts: memory_release.h
-    // Signals go to a waiting thread, not to whichever thread they hit, so
-    // the shutdown runs as ordinary code (blocked here, before any thread).
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGTERM);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGHUP);  // a closed terminal: drain too, never die mid-stream
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
-    const std::vector<std::unique_ptr<ServedEngine>> served = build_engines(opts);
+// The served models as the HTTP server sees them, and their engine loops.
+struct ServedSet {
     std::vector<ServedModel> models;
     std::vector<EngineLoop*> loops;
-    std::string names;
+    std::string names;  // "'a', 'b'", for the log
+};
+
+ServedSet served_set(const std::vector<std::unique_ptr<ServedEngine>>& served) {
+    ServedSet set;
     for (const auto& s : served) {
-        models.push_back({s->name, &s->model, s->loop.get()});
-        loops.push_back(s->loop.get());
-        names += (names.empty() ? "'" : ", '") + s->name + "'";
+        set.models.push_back({s->name, &s->model, s->loop.get()});
+        set.loops.push_back(s->loop.get());
+        set.names += (set.names.empty() ? "'" : ", '") + s->name + "'";
     }
+    return set;
+}
+
+void log_serving(const ServeOptions& opts, const std::vector<std::unique_ptr<ServedEngine>>& served,
+                 const ServedSet& set, const ServerOptions& server_options, int port) {
+    const ServedEngine& first = *served.front();
+    spdlog::info(
+        "serving {} on http://{}:{} ({}; {} API key)", set.names, server_options.host, port,
+        served.size() > 1 ? "KV pools above"
+                          : fmt::format("{} KV blocks of {} tokens, requests up to {} tokens",
+                                        first.pool->num_blocks(), opts.cache.block_size,
+                                        first.engine->context_length()),
+        server_options.api_key.empty() ? "no" : "with an");
+}
+
+void run_serve(const ServeOptions& opts) {
+    limit_retained_memory();                      // before any thread starts: memory_release.h
+    sigset_t signals = block_shutdown_signals();  // before any thread, too
+    const std::vector<std::unique_ptr<ServedEngine>> served = build_engines(opts);
+    const ServedSet set = served_set(served);
     std::atomic<bool> stopped_without_signal{false};
     std::thread drainer;  // started by the first signal
-
     const ServerOptions server_options = opts.resolved_server();
-    OpenAiServer server(models, server_options);
+    OpenAiServer server(set.models, server_options);
     const int port = server.bind();
-    const ServedEngine& first = *served.front();
-    spdlog::info("serving {} on http://{}:{} ({}; {} API key)", names, server_options.host, port,
-                 served.size() > 1
-                     ? "KV pools above"
-                     : fmt::format("{} KV blocks of {} tokens, requests up to {} tokens",
-                                   first.pool->num_blocks(), opts.cache.block_size,
-                                   first.engine->context_length()),
-                 server_options.api_key.empty() ? "no" : "with an");
+    log_serving(opts, served, set, server_options, port);
     std::thread signal_waiter([&] {
         int signal = 0;
         sigwait(&signals, &signal);
@@ -320,9 +323,9 @@ void serve(const ServeOptions& opts) {
     std::thread listener([&] {
         server.run();
         // The listener failed or was stopped: no more requests can come.
-        for (EngineLoop* loop : loops) loop->stop();
+        for (EngineLoop* loop : set.loops) loop->stop();
     });
-    run_engine_loops(loops);  // returns after the drain
+    run_engine_loops(set.loops);  // returns after the drain
     // Wake the waiter, which is still waiting for a first signal (the
     // listener failed) or a second one (the drain is done).
     stopped_without_signal = true;
@@ -333,90 +336,81 @@ void serve(const ServeOptions& opts) {
     spdlog::info("stopped");
 }
 
-}  // namespace
-
-void add_serve_command(CLI::App& app) {
-    auto opts = std::make_shared<ServeOptions>();
-    CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
-    cmd->add_option("-m,--model", opts->model_paths,
-                    "GGUF model file; repeat it to serve several models, each with its own "
-                    "engine and KV pool")
-        ->capture_default_str();
-    opts->model.add_to(*cmd, false);
-    opts->cache.add_to(*cmd);
-    cmd->add_option("--kv-share", opts->kv_shares,
-                    "with several models: weights splitting --kv-memory between them, one per "
-                    "--model (default: the same number of tokens for each)")
-        ->delimiter(',');
-    cmd->add_option("--max-model-len", opts->max_model_len,
-                    "the longest request, prompt and output together (default: the model's "
-                    "context); the KV pool must hold one such request, so a smaller pool needs "
-                    "a smaller length")
-        ->check(CLI::Range(int64_t(2), int64_t(1) << 24));
-    opts->speculation.add_to(*cmd);
-    cmd->add_option("--host", opts->server.host, "address to bind")->capture_default_str();
-    cmd->add_option("--port", opts->server.port, "port (0: any free port)")
+// Who may connect, how much they may send and how long they may take.
+void add_serve_http_flags(CLI::App& cmd, ServeOptions& opts) {
+    cmd.add_option("--host", opts.server.host, "address to bind")->capture_default_str();
+    cmd.add_option("--port", opts.server.port, "port (0: any free port)")
         ->check(CLI::Range(0, 65535))
         ->capture_default_str();
-    cmd->add_option("--api-key", opts->server.api_key,
-                    "require 'Authorization: Bearer KEY' on /v1/*");
-    cmd->add_option("--served-model-name", opts->served_model_names,
-                    "the model name clients send, one per --model in order (default: the file "
-                    "name's stem)");
-    cmd->add_option("--max-waiting", opts->max_waiting, "queued requests before new ones get 503")
-        ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
-        ->capture_default_str();
-    cmd->add_option("--policy", opts->policy,
-                    "which waiting request goes next: 'fcfs', 'priority' (the request's "
-                    "priority field) or 'lpm' (longest cached prefix first, Lab 11)")
-        ->check(CLI::IsMember({"fcfs", "priority", "lpm"}))
-        ->capture_default_str();
-    cmd->add_option("--max-num-seqs", opts->scheduler.max_num_seqs, "requests running at once")
-        ->check(CLI::Range(int64_t(1), int64_t(4096)))
-        ->capture_default_str();
-    cmd->add_option("--max-num-batched-tokens", opts->scheduler.max_num_batched_tokens,
-                    "tokens computed per step")
-        ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
-        ->capture_default_str();
-    cmd->add_flag("--no-chunked-prefill", opts->no_chunked_prefill,
-                  "compute each prompt in one step (a prompt over the token budget is refused)");
-    cmd->add_option("--long-prefill-tokens", opts->scheduler.long_prefill_tokens,
-                    "while others run or wait, a prompt computes at most this many tokens per "
-                    "step (fair prefill; 0 = no cap)")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
-    cmd->add_option("--max-body-bytes", opts->server.max_body_bytes,
-                    "largest request body, chunked or not (larger: 413)")
+    cmd.add_option("--api-key", opts.server.api_key,
+                   "require 'Authorization: Bearer KEY' on /v1/*");
+    cmd.add_option("--max-body-bytes", opts.server.max_body_bytes,
+                   "largest request body, chunked or not (larger: 413)")
         ->check(CLI::Range(int64_t(1024), int64_t(1) << 30))
         ->capture_default_str();
     // One worker thread per connection being served; the sockets stay
     // below the FD_SETSIZE (1024) cpp-httplib checks them against.
-    cmd->add_option("--max-connections", opts->server.max_connections,
-                    "requests served at once (streams included); more get 503 at once, while "
-                    "a few threads stay reserved for /health and /metrics")
+    cmd.add_option("--max-connections", opts.server.max_connections,
+                   "requests served at once (streams included); more get 503 at once, while "
+                   "a few threads stay reserved for /health and /metrics")
         ->check(CLI::Range(1, 768))
         ->capture_default_str();
-    cmd->add_option("--header-timeout", opts->header_timeout_s,
-                    "seconds a connection has to send its whole request head (else 408)")
+    cmd.add_option("--header-timeout", opts.header_timeout_s,
+                   "seconds a connection has to send its whole request head (else 408)")
         ->check(CLI::Range(0.1, 600.0))
         ->capture_default_str();
-    cmd->add_option("--body-timeout", opts->body_timeout_s,
-                    "seconds a request has to send its whole body")
+    cmd.add_option("--body-timeout", opts.body_timeout_s,
+                   "seconds a request has to send its whole body")
         ->check(CLI::Range(0.1, 3600.0))
         ->capture_default_str();
-    cmd->add_option(
-           "--drain-timeout", opts->drain_timeout_s,
-           "on SIGTERM or SIGHUP, seconds admitted requests may run before they are cancelled "
-           "and answered")
+    cmd.add_option("--drain-timeout", opts.drain_timeout_s,
+                   "on SIGTERM or SIGHUP, seconds admitted requests may run before they are "
+                   "cancelled and answered")
         ->check(CLI::Range(0.0, 86400.0))
         ->capture_default_str();
+}
+
+// The models: several -m, their names, their shares of the KV pool, the longest request.
+void add_serve_model_flags(CLI::App& cmd, ServeOptions& opts) {
+    cmd.add_option("-m,--model", opts.model_paths,
+                   "GGUF model file; repeat it to serve several models, each with its own "
+                   "engine and KV pool")
+        ->capture_default_str();
+    opts.model.add_to(cmd, false);
+    opts.cache.add_to(cmd);
+    cmd.add_option("--kv-share", opts.kv_shares,
+                   "with several models: weights splitting --kv-memory between them, one per "
+                   "--model (default: the same number of tokens for each)")
+        ->delimiter(',');
+    cmd.add_option("--max-model-len", opts.max_model_len,
+                   "the longest request, prompt and output together (default: the model's "
+                   "context); the KV pool must hold one such request, so a smaller pool needs "
+                   "a smaller length")
+        ->check(CLI::Range(int64_t(2), int64_t(1) << 24));
+    cmd.add_option("--served-model-name", opts.served_model_names,
+                   "the model name clients send, one per --model in order (default: the file "
+                   "name's stem)");
+}
+
+}  // namespace
+
+void add_serve(CLI::App& app) {
+    auto opts = std::make_shared<ServeOptions>();
+    CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+    add_serve_model_flags(*cmd, *opts);
+    opts->speculation.add_to(*cmd);
+    add_serve_http_flags(*cmd, *opts);
+    cmd->add_option("--max-waiting", opts->max_waiting, "queued requests before new ones get 503")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+        ->capture_default_str();
+    opts->scheduler.add_to(*cmd, {"fcfs", "priority", "lpm"}, true);
     cmd->add_option("--special-tokens-in-messages", opts->special_tokens,
                     "chat messages' text that spells a control token ('<|im_start|>'): 'parse' "
                     "(the token, as Hugging Face and llama.cpp do) or 'text' (plain text, so "
                     "a message cannot open a turn)")
         ->check(CLI::IsMember({"parse", "text"}))
         ->capture_default_str();
-    cmd->callback([opts] { serve(*opts); });
+    cmd->callback([opts] { run_serve(*opts); });
 }
 
 }  // namespace servelab::cli

@@ -30,20 +30,20 @@ int main(int argc, char** argv) {
         spdlog::set_level(quiet ? spdlog::level::err
                                 : (verbose ? spdlog::level::debug : spdlog::level::info));
     });
-    servelab::cli::add_generate_command(app);
-    servelab::cli::add_chat_command(app);
-    servelab::cli::add_info_command(app);
-    servelab::cli::add_bench_command(app);
-    servelab::cli::add_logits_command(app);
-    servelab::cli::add_make_tiny_model_command(app);
-    servelab::cli::add_quantize_command(app);
-    servelab::cli::add_perplexity_command(app);
-    servelab::cli::add_devices_command(app);
-    servelab::cli::add_kv_compare_command(app);
-    servelab::cli::add_kv_sim_command(app);
-    servelab::cli::add_replay_command(app);
-    servelab::cli::add_serve_command(app);
-    servelab::cli::add_route_command(app);
+    servelab::cli::add_generate(app);
+    servelab::cli::add_chat(app);
+    servelab::cli::add_info(app);
+    servelab::cli::add_bench(app);
+    servelab::cli::add_logits(app);
+    servelab::cli::add_make_tiny_model(app);
+    servelab::cli::add_quantize(app);
+    servelab::cli::add_perplexity(app);
+    servelab::cli::add_devices(app);
+    servelab::cli::add_kv_compare(app);
+    servelab::cli::add_kv_sim(app);
+    servelab::cli::add_replay(app);
+    servelab::cli::add_serve(app);
+    servelab::cli::add_route(app);
 
     try {
         app.parse(argc, argv);
