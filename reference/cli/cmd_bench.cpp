@@ -92,7 +92,8 @@ void add_bench_command(CLI::App& app) {
                             "length {}",
                             opts->prompt_tokens, opts->gen_tokens, model.config.context_length));
         }
-        ModelRunner runner(model.config, model.weights, opts->cache.mla_mode());
+        ModelRunner runner(model.config, model.weights,
+                           opts->model.runner_options(opts->cache.mla_mode()));
         const std::vector<TokenId> prompt = bench_prompt(model.tokenizer, opts->prompt_tokens);
         SamplingParams greedy;
         greedy.max_tokens = opts->gen_tokens;

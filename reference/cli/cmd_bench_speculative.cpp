@@ -221,7 +221,7 @@ void run(const SpeculativeBenchOptions& opts) {
         }
     }
     const Model model = opts.model.load();
-    ModelRunner runner(model.config, model.weights);
+    ModelRunner runner(model.config, model.weights, opts.model.runner_options());
     std::vector<std::vector<std::vector<TokenId>>> prompt_sets;
     int64_t longest = 0;
     for (const std::string& workload : opts.workloads) {
@@ -244,15 +244,16 @@ void run(const SpeculativeBenchOptions& opts) {
             SpeculationOptions s;
             s.early_exit_layers = opts.early_exit_layers;
             const int64_t layers = s.exit_layer(model.config.num_layers);
-            model_drafters[name] = ModelDrafter::early_exit(model, layers, num_blocks, block_size);
+            model_drafters[name] =
+                ModelDrafter::early_exit(model, layers, num_blocks, block_size, runner.options());
             early_exit_note = fmt::format("{} of {} layers", layers, model.config.num_layers);
         } else if (name == "draft-model") {
             if (opts.draft_model_path.empty()) {
                 throw Error("bench speculative: the draft-model drafter needs --draft-model PATH");
             }
             draft_model = std::make_unique<Model>(Model::load(opts.draft_model_path));
-            model_drafters[name] =
-                ModelDrafter::draft_model(*draft_model, model, num_blocks, block_size);
+            model_drafters[name] = ModelDrafter::draft_model(*draft_model, model, num_blocks,
+                                                             block_size, runner.options());
         } else if (name != "ngram") {
             throw Error(
                 fmt::format("bench speculative: unknown drafter '{}' (ngram, early-exit, "

@@ -187,7 +187,7 @@ void run(const ThroughputBenchOptions& opts) {
             "bench throughput runs on the paged KV cache: drop --kv-layout contiguous / "
             "--no-kv-cache / --kv-dtype");
     }
-    ModelRunner runner(model.config, model.weights);
+    ModelRunner runner(model.config, model.weights, opts.model.runner_options());
     SchedulerConfig scheduler;
     scheduler.max_num_seqs = opts.max_num_seqs;
     scheduler.max_num_batched_tokens = opts.max_num_batched_tokens;

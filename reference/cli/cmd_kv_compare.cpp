@@ -104,7 +104,7 @@ void add_kv_compare_command(CLI::App& app) {
         }
         if (prompts.empty()) throw Error("kv-compare: give -p/--prompt or --prompts-file");
 
-        ModelRunner runner(model.config, model.weights);
+        ModelRunner runner(model.config, model.weights, opts->model.runner_options());
         const KvDtype baseline = parse_kv_dtype(opts->baseline);
         const KvDtype candidate = parse_kv_dtype(opts->candidate);
         std::vector<KvQuality> results;

@@ -39,7 +39,7 @@ void add_logits_command(CLI::App& app) {
         const std::vector<TokenId> ids = opts->tokens.empty()
                                              ? model.tokenizer.encode(opts->prompt, true)
                                              : parse_token_list(opts->tokens);
-        ModelRunner runner(model.config, model.weights);
+        ModelRunner runner(model.config, model.weights, opts->model.runner_options());
         const std::vector<float> logits = runner.forward({ids, 0, LogitsFor::kAllTokens});
 
         FILE* f = std::fopen(opts->out.c_str(), "wb");

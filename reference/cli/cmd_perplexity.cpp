@@ -98,10 +98,11 @@ void run(const PerplexityOptions& opts) {
                  tokens.size(), tokenize_s, plan.windows.size(), plan.context_tokens,
                  plan.stride_tokens, plan.num_scored_total());
 
-    ModelRunner runner(model.config, model.weights);
+    ModelRunner runner(model.config, model.weights, opts.model.runner_options());
     std::unique_ptr<ModelRunner> reference_runner;
     if (reference)
-        reference_runner = std::make_unique<ModelRunner>(reference->config, reference->weights);
+        reference_runner = std::make_unique<ModelRunner>(reference->config, reference->weights,
+                                                         opts.model.runner_options());
     StageProgress progress("perplexity", spdlog::get_level() <= spdlog::level::info);
     const auto start = std::chrono::steady_clock::now();
     const PerplexityScores scores = score_windows(

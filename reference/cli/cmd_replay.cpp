@@ -57,7 +57,7 @@ void add_replay_command(CLI::App& app) {
                 "replay runs on the paged KV cache: drop --kv-layout contiguous / "
                 "--no-kv-cache");
         }
-        ModelRunner runner(model.config, model.weights);
+        ModelRunner runner(model.config, model.weights, opts->model.runner_options());
         CliGenerator generator(opts->cache, model, runner);
 
         int64_t prompt_tokens = 0, cached_tokens = 0, generated = 0;
