@@ -29,6 +29,10 @@
 
 namespace servelab {
 
+// Which of the two forms a model's MLA layers use (both give the same
+// logits up to fp32 rounding): --mla-attention absorbed (the default) or naive.
+enum class MlaMode { kAbsorbed, kNaive };
+
 struct MlaShape {
     int64_t num_queries = 0;  // tokens computed this step: the last num_queries of num_keys
     int64_t num_keys = 0;     // tokens in the cache, this step's included

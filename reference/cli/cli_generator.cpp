@@ -56,8 +56,8 @@ CliGenerator::CliGenerator(const CacheOptions& options, const Model& model, Mode
 }
 
 void CliGenerator::start_drafter() {
-    SpeculationOptions::LoadedDrafter loaded =
-        speculation_.load_drafter(model_, pool_->num_blocks(), pool_->block_size(), announce_);
+    SpeculationOptions::LoadedDrafter loaded = speculation_.load_drafter(
+        model_, pool_->num_blocks(), pool_->block_size(), announce_, runner_.options());
     if (!loaded.drafter) return;  // n-gram: the engine's own
     engine_->add_drafter(speculation_.drafter, *loaded.drafter);
     draft_model_ = std::move(loaded.draft_model);

@@ -31,11 +31,9 @@ void ModelOptions::add_to(CLI::App& command, bool with_model_flag) {
                     "faster) or 'exact' (fp32 activations, the numpy oracle's numbers)")
         ->check(CLI::IsMember({"exact", "fast"}))
         ->capture_default_str();
-    // A process-wide switch, set while the flags are parsed: every runner a
-    // command builds afterwards (one per tensor-parallel rank too) reads it,
-    // so no command has to pass it along (reference/engine/fusion_plan.h).
+    // Each command passes it to the runners it builds (runner_options()).
     command.add_flag_callback(
-        "--no-fused-kernels", [] { set_fused_kernels_requested(false); },
+        "--no-fused-kernels", [this] { fused_kernels = false; },
         "run the plain kernels instead of the fused ones (RMSNorm with quantization, "
         "residual add with RMSNorm, RoPE and SwiGLU in their matmuls; docs/kernel_fusion.md): "
         "the same numbers, for timing one against the other");
@@ -59,7 +57,7 @@ Model ModelOptions::load() const {
     model.weights.set_matmul_mode(matmul_mode());
     const double load_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    spdlog::info("fused kernels: {}", describe(plan_fusions()));
+    spdlog::info("fused kernels: {}", describe(plan_fusions(fused_kernels)));
     spdlog::info("loaded {} ({} layers, dim {}, {} heads / {} kv heads, vocab {}) in {:.0f} ms",
                  model.config.name.empty() ? path : model.config.name, model.config.num_layers,
                  model.config.dim, model.config.num_heads, model.config.num_kv_heads,
@@ -158,10 +156,9 @@ int64_t SpeculationOptions::exit_layer(int64_t num_layers) const {
     return early_exit_layers > 0 ? early_exit_layers : std::max<int64_t>(1, num_layers / 4);
 }
 
-SpeculationOptions::LoadedDrafter SpeculationOptions::load_drafter(const Model& target,
-                                                                   int64_t num_kv_blocks,
-                                                                   int64_t block_size,
-                                                                   bool announce) const {
+SpeculationOptions::LoadedDrafter SpeculationOptions::load_drafter(
+    const Model& target, int64_t num_kv_blocks, int64_t block_size, bool announce,
+    const RunnerOptions& runner) const {
     LoadedDrafter loaded;
     if (drafter == "ngram") {
         if (announce)
@@ -170,7 +167,8 @@ SpeculationOptions::LoadedDrafter SpeculationOptions::load_drafter(const Model& 
     }
     if (drafter == "early-exit") {
         const int64_t layers = exit_layer(target.config.num_layers);
-        loaded.drafter = ModelDrafter::early_exit(target, layers, num_kv_blocks, block_size);
+        loaded.drafter =
+            ModelDrafter::early_exit(target, layers, num_kv_blocks, block_size, runner);
         if (announce) {
             spdlog::info("speculative decoding: K = {}, early exit after {} of {} layers",
                          num_tokens, layers, target.config.num_layers);
@@ -180,7 +178,7 @@ SpeculationOptions::LoadedDrafter SpeculationOptions::load_drafter(const Model& 
     if (draft_model_path.empty()) throw Error("--drafter draft-model needs --draft-model PATH");
     loaded.draft_model = std::make_unique<Model>(Model::load(draft_model_path));
     loaded.drafter =
-        ModelDrafter::draft_model(*loaded.draft_model, target, num_kv_blocks, block_size);
+        ModelDrafter::draft_model(*loaded.draft_model, target, num_kv_blocks, block_size, runner);
     if (announce) {
         spdlog::info("speculative decoding: K = {}, draft model {} ({} layers)", num_tokens,
                      loaded.draft_model->config.name, loaded.draft_model->config.num_layers);

@@ -37,10 +37,15 @@ struct ModelOptions {
     // repacked kernels) or "exact" (fp32 activations, the oracle's numbers).
     // docs/perf.md has the figures that chose the default.
     std::string cpu_kernels = "fast";
-    // --no-fused-kernels has no field: it sets the process-wide request of
-    // reference/engine/fusion_plan.h as it is parsed (docs/kernel_fusion.md).
+    // false with --no-fused-kernels: runners use the plain kernels only
+    // (reference/engine/fusion_plan.h, docs/kernel_fusion.md).
+    bool fused_kernels = true;
 
     MatmulMode matmul_mode() const;
+    // How the command's runners are built: pass this to every one.
+    RunnerOptions runner_options(MlaMode mla_mode = MlaMode::kAbsorbed) const {
+        return {.mla_mode = mla_mode, .fused_kernels = fused_kernels};
+    }
 
     // `with_model_flag` false leaves -m/--model to the command (serve takes
     // several).
@@ -122,8 +127,9 @@ struct SpeculationOptions {
         std::unique_ptr<Model> draft_model;  // --drafter draft-model only
         std::unique_ptr<Drafter> drafter;    // must outlive the engine that uses it
     };
+    // `runner`: how to build the drafter's runner (the target runner's options).
     LoadedDrafter load_drafter(const Model& target, int64_t num_kv_blocks, int64_t block_size,
-                               bool announce) const;
+                               bool announce, const RunnerOptions& runner) const;
 };
 
 // --json: one JSON object on stdout instead of the text or table (every

@@ -176,7 +176,8 @@ void run_bench(const BenchOptions& opts) {
                         "length {}",
                         opts.prompt_tokens, opts.gen_tokens, model.config.context_length));
     }
-    ModelRunner runner(model.config, model.weights, opts.cache.mla_mode());
+    ModelRunner runner(model.config, model.weights,
+                       opts.model.runner_options(opts.cache.mla_mode()));
     const std::vector<TokenId> prompt = bench_prompt(model.tokenizer, opts.prompt_tokens);
     const BenchTimings timings = time_generation(opts, model, runner, prompt);
     const nlohmann::json report = bench_report(opts, model, timings);

@@ -225,14 +225,15 @@ struct SpeculativeDrafters {
 
 SpeculativeDrafters load_speculative_drafters(const SpeculativeBenchOptions& opts,
                                               const Model& model, int64_t num_blocks,
-                                              int64_t block_size) {
+                                              int64_t block_size, const RunnerOptions& runner) {
     SpeculativeDrafters loaded;
     for (const std::string& name : opts.drafters) {
         if (name == "early-exit") {
             SpeculationOptions s;
             s.early_exit_layers = opts.early_exit_layers;
             const int64_t layers = s.exit_layer(model.config.num_layers);
-            loaded.by_name[name] = ModelDrafter::early_exit(model, layers, num_blocks, block_size);
+            loaded.by_name[name] =
+                ModelDrafter::early_exit(model, layers, num_blocks, block_size, runner);
             loaded.early_exit_note =
                 fmt::format("{} of {} layers", layers, model.config.num_layers);
         } else if (name == "draft-model") {
@@ -241,7 +242,7 @@ SpeculativeDrafters load_speculative_drafters(const SpeculativeBenchOptions& opt
             }
             loaded.draft_model = std::make_unique<Model>(Model::load(opts.draft_model_path));
             loaded.by_name[name] =
-                ModelDrafter::draft_model(*loaded.draft_model, model, num_blocks, block_size);
+                ModelDrafter::draft_model(*loaded.draft_model, model, num_blocks, block_size, runner);
         } else if (name != "ngram") {
             throw Error(
                 fmt::format("bench speculative: unknown drafter '{}' (ngram, early-exit, "
@@ -325,7 +326,7 @@ void check_speculative_lists(const SpeculativeBenchOptions& opts) {
 void run_bench_speculative(const SpeculativeBenchOptions& opts) {
     check_speculative_lists(opts);
     const Model model = opts.model.load();
-    ModelRunner runner(model.config, model.weights);
+    ModelRunner runner(model.config, model.weights, opts.model.runner_options());
     std::vector<std::vector<std::vector<TokenId>>> prompt_sets;
     int64_t longest = 0;
     for (const std::string& workload : opts.workloads) {
@@ -339,7 +340,7 @@ void run_bench_speculative(const SpeculativeBenchOptions& opts) {
     const int64_t num_blocks =
         opts.batch * ((longest + opts.max_tokens + kMaxSpeculativeTokens) / block_size + 2);
     const SpeculativeDrafters drafters =
-        load_speculative_drafters(opts, model, num_blocks, block_size);
+        load_speculative_drafters(opts, model, num_blocks, block_size, runner.options());
     nlohmann::json results = nlohmann::json::array();
     for (size_t w = 0; w < opts.workloads.size(); ++w) {
         run_workload(opts, opts.workloads[w], model, runner, drafters, prompt_sets[w], num_blocks,

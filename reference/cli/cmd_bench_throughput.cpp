@@ -227,7 +227,7 @@ void run_bench_throughput(const ThroughputBenchOptions& opts) {
             "bench throughput runs on the paged KV cache: drop --kv-layout contiguous / "
             "--no-kv-cache / --kv-dtype");
     }
-    ModelRunner runner(model.config, model.weights);
+    ModelRunner runner(model.config, model.weights, opts.model.runner_options());
     SchedulerConfig scheduler = opts.scheduler.resolve();
     scheduler.static_batching = opts.batching == "static";
     CliGenerator generator(opts.cache, model, runner, scheduler, opts.speculation);

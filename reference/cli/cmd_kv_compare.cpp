@@ -100,7 +100,7 @@ void print_kv_comparison(const KvCompareOptions& opts, size_t num_prompts, const
 void run_kv_compare(const KvCompareOptions& opts) {
     Model model = opts.model.load();
     const std::vector<NamedPrompt> prompts = kv_compare_prompts(opts, model);
-    ModelRunner runner(model.config, model.weights);
+    ModelRunner runner(model.config, model.weights, opts.model.runner_options());
     const KvDtype baseline = parse_kv_dtype(opts.baseline);
     const KvDtype candidate = parse_kv_dtype(opts.candidate);
     std::vector<KvQuality> results;

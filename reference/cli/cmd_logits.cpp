@@ -31,7 +31,7 @@ void run_logits(const LogitsOptions& opts) {
     Model model = opts.model.load();
     const std::vector<TokenId> ids = opts.tokens.empty() ? model.tokenizer.encode(opts.prompt, true)
                                                          : parse_token_list(opts.tokens);
-    ModelRunner runner(model.config, model.weights);
+    ModelRunner runner(model.config, model.weights, opts.model.runner_options());
     const std::vector<float> logits = runner.forward({ids, 0, LogitsFor::kAllTokens});
     FILE* f = std::fopen(opts.out.c_str(), "wb");
     if (f == nullptr) throw Error(fmt::format("cannot write '{}'", opts.out));

@@ -125,10 +125,11 @@ PerplexityRun score_perplexity(const PerplexityOptions& opts, const std::string&
     spdlog::info("{} tokens in {:.1f} s; {} windows of {} tokens, stride {}, {} predictions scored",
                  tokens.size(), run.tokenize_s, plan.windows.size(), plan.context_tokens,
                  plan.stride_tokens, plan.num_scored_total());
-    ModelRunner runner(model.config, model.weights);
+    ModelRunner runner(model.config, model.weights, opts.model.runner_options());
     std::unique_ptr<ModelRunner> reference_runner;
     if (reference)
-        reference_runner = std::make_unique<ModelRunner>(reference->config, reference->weights);
+        reference_runner = std::make_unique<ModelRunner>(reference->config, reference->weights,
+                                                         opts.model.runner_options());
     StageProgress progress("perplexity", spdlog::get_level() <= spdlog::level::info);
     const auto start = std::chrono::steady_clock::now();
     run.scores = score_windows(

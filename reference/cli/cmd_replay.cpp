@@ -95,7 +95,7 @@ void run_replay(const ReplayCommandOptions& opts) {
             "replay runs on the paged KV cache: drop --kv-layout contiguous / "
             "--no-kv-cache");
     }
-    ModelRunner runner(model.config, model.weights);
+    ModelRunner runner(model.config, model.weights, opts.model.runner_options());
     CliGenerator generator(opts.cache, model, runner);
     const ReplayTotals totals = replay_requests(trace, model, generator, !opts.output.json);
     if (!opts.output.json) {

@@ -207,7 +207,8 @@ void build_engine(ServedEngine& s, size_t index, size_t num_models, const ServeO
     check_pool_holds_a_request(s, opts, num_blocks, longest_tokens, num_models > 1);
     s.pool = std::make_unique<PagedKvCache>(model.config, num_blocks, opts.cache.block_size);
     s.kv = std::make_unique<KvBlockManager>(*s.pool, opts.cache.prefix_cache_kind());
-    s.runner = std::make_unique<ModelRunner>(model.config, model.weights, opts.cache.mla_mode());
+    s.runner = std::make_unique<ModelRunner>(model.config, model.weights,
+                                             opts.model.runner_options(opts.cache.mla_mode()));
     if (!scheduler.chunked_prefill && scheduler.max_num_batched_tokens < longest_tokens) {
         spdlog::warn(
             "--no-chunked-prefill: a step holds a request's whole prompt (and, after a "
@@ -217,8 +218,8 @@ void build_engine(ServedEngine& s, size_t index, size_t num_models, const ServeO
     }
     s.engine = std::make_unique<Engine>(model, *s.runner, *s.kv, scheduler);
     if (opts.speculation.enabled()) {
-        s.drafter =
-            opts.speculation.load_drafter(model, num_blocks, opts.cache.block_size, index == 0);
+        s.drafter = opts.speculation.load_drafter(model, num_blocks, opts.cache.block_size,
+                                                  index == 0, s.runner->options());
         if (s.drafter.drafter) s.engine->add_drafter(opts.speculation.drafter, *s.drafter.drafter);
     }
     s.loop = std::make_unique<EngineLoop>(

@@ -51,7 +51,8 @@ void run_rank(const TensorParallelOptions& tp, const ModelOptions& model_options
             tp.size, comm.backend(), local.num_heads, local.num_kv_heads, local.ffn_dim,
             loaded.shard.vocab_rows(), format_bytes(weight_bytes(loaded.model.weights)), load_ms);
     }
-    ModelRunner runner(loaded.model.config, loaded.model.weights, loaded.shard, comm);
+    ModelRunner runner(loaded.model.config, loaded.model.weights, loaded.shard, comm,
+                       model_options.runner_options());
     RankContext context{loaded.model, runner, loaded.shard, comm};
     // The ranks start together: otherwise the first collective would absorb
     // the slowest rank's loading time, and the counters' time with it.
@@ -133,7 +134,7 @@ void run_on_ranks(const TensorParallelOptions& tp, const ModelOptions& model_opt
     if (model_options.threads > 0) omp_set_num_threads(model_options.threads);
     if (!tp.enabled() && tp.resolved_backend() != "mpi") {
         Model model = model_options.load();
-        ModelRunner runner(model.config, model.weights, mla_mode);
+        ModelRunner runner(model.config, model.weights, model_options.runner_options(mla_mode));
         SoloCommunicator solo;
         const TensorParallelShard whole = runner.shard();
         RankContext context{model, runner, whole, solo};

@@ -1,8 +1,6 @@
 // fusion_plan.cpp — see fusion_plan.h.
 #include "reference/engine/fusion_plan.h"
 
-#include <atomic>
-
 #include "reference/common/exercise_files.h"
 
 namespace servelab {
@@ -13,10 +11,6 @@ namespace {
 constexpr std::string_view kRmsnormFile = "kernels/cpu/rmsnorm.cpp";
 constexpr std::string_view kRopeFile = "kernels/cpu/rope.cpp";
 constexpr std::string_view kSwigluFile = "kernels/cpu/swiglu.cpp";
-
-// Set before any runner is built (while the CLI parses its flags); atomic
-// because tensor-parallel ranks are threads that build their runners at once.
-std::atomic<bool> g_requested{true};
 
 }  // namespace
 
@@ -37,16 +31,8 @@ FusionPlan plan_fusions(bool requested,
             .swiglu_in_gate_up = reference_linked(kSwigluFile)};
 }
 
-FusionPlan plan_fusions() {
-    return plan_fusions(fused_kernels_requested(), reference_exercise_file_linked);
-}
-
-void set_fused_kernels_requested(bool requested) {
-    g_requested.store(requested);
-}
-
-bool fused_kernels_requested() {
-    return g_requested.load();
+FusionPlan plan_fusions(bool requested) {
+    return plan_fusions(requested, reference_exercise_file_linked);
 }
 
 std::string describe(const FusionPlan& plan) {

@@ -7,10 +7,12 @@
 //   add_rmsnorm        x += delta fused with the next RMSNorm     kernels/cpu/rmsnorm.cpp
 //   rope_in_qkv        RoPE in the Q/K/V matmul's epilogue         kernels/cpu/rope.cpp
 //   swiglu_in_gate_up  silu(gate)·up in the gate/up epilogue       kernels/cpu/swiglu.cpp
-// A fusion is planned only where it is asked for (the default; the CLI's
-// --no-fused-kernels turns all off) and the reference version of its file
-// is linked (reference/common/exercise_files.h): a lab engine whose student
-// writes rmsnorm runs the student's rmsnorm, never a fused copy of ours.
+// A fusion is planned only where it is asked for (RunnerOptions::fused_kernels,
+// on by default; the CLI's --no-fused-kernels turns all off) and the
+// reference version of its file is linked (reference/common/exercise_files.h):
+// a lab engine whose student writes rmsnorm runs the student's rmsnorm, never
+// a fused copy of ours. The layer walk (llama_forward.h) picks each step's
+// kernels from the plan once, when it is built.
 // Each fusion gives the same numbers as the plain kernels, bit for bit
 // (tests/unit/fused_kernels_test.cpp); what it saves is memory traffic.
 #pragma once
@@ -37,13 +39,9 @@ FusionPlan all_fusions();
 // `reference_linked` reports as the reference version.
 FusionPlan plan_fusions(bool requested,
                         const std::function<bool(std::string_view path)>& reference_linked);
-// The same for this process: the request below and this binary's files.
-FusionPlan plan_fusions();
-
-// The process-wide request: on unless the CLI's --no-fused-kernels turned it
-// off (reference/cli/cli_options.cpp). Runners read it when they are built.
-void set_fused_kernels_requested(bool requested);
-bool fused_kernels_requested();
+// The same for this binary's files: what a runner built with
+// RunnerOptions::fused_kernels = `requested` uses.
+FusionPlan plan_fusions(bool requested);
 
 // "rmsnorm_quantize add_rmsnorm rope_in_qkv swiglu_in_gate_up", the ones on;
 // "none" when none is.

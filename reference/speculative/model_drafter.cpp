@@ -25,7 +25,8 @@ bool same_vocabulary(const Tokenizer& a, const Tokenizer& b) {
 }  // namespace
 
 std::unique_ptr<ModelDrafter> ModelDrafter::draft_model(const Model& draft, const Model& target,
-                                                        int64_t num_kv_blocks, int64_t block_size) {
+                                                        int64_t num_kv_blocks, int64_t block_size,
+                                                        const RunnerOptions& runner) {
     if (draft.config.vocab_size != target.config.vocab_size ||
         !same_vocabulary(draft.tokenizer, target.tokenizer)) {
         throw Error(fmt::format(
@@ -33,11 +34,13 @@ std::unique_ptr<ModelDrafter> ModelDrafter::draft_model(const Model& draft, cons
             "model must share the target's tokenizer token for token",
             draft.config.vocab_size, target.config.vocab_size));
     }
-    return std::make_unique<ModelDrafter>(draft.config, draft.weights, num_kv_blocks, block_size);
+    return std::make_unique<ModelDrafter>(draft.config, draft.weights, num_kv_blocks, block_size,
+                                          runner);
 }
 
 std::unique_ptr<ModelDrafter> ModelDrafter::early_exit(const Model& target, int64_t num_layers,
-                                                       int64_t num_kv_blocks, int64_t block_size) {
+                                                       int64_t num_kv_blocks, int64_t block_size,
+                                                       const RunnerOptions& runner) {
     if (num_layers < 1 || num_layers >= target.config.num_layers) {
         throw Error(fmt::format("early exit: {} layers; the target has {}, so choose 1 to {}",
                                 num_layers, target.config.num_layers,
@@ -45,13 +48,14 @@ std::unique_ptr<ModelDrafter> ModelDrafter::early_exit(const Model& target, int6
     }
     ModelConfig config = target.config;
     config.num_layers = num_layers;  // the runner stops here, then norm and head as usual
-    return std::make_unique<ModelDrafter>(config, target.weights, num_kv_blocks, block_size);
+    return std::make_unique<ModelDrafter>(config, target.weights, num_kv_blocks, block_size,
+                                          runner);
 }
 
 ModelDrafter::ModelDrafter(const ModelConfig& config, const ModelWeights& weights,
-                           int64_t num_kv_blocks, int64_t block_size)
+                           int64_t num_kv_blocks, int64_t block_size, const RunnerOptions& runner)
     : config_(checked(config)),
-      runner_(config_, weights),
+      runner_(make_cpu_batch_forward(config_, weights, runner)),
       pool_(config_, num_kv_blocks, block_size),
       kv_(pool_, /*enable_prefix_caching=*/false) {}
 
@@ -86,7 +90,7 @@ std::vector<Draft> ModelDrafter::propose(std::span<const DraftRequest> requests)
             batched.push_back(i);
         }
         if (chunks.empty()) break;
-        const std::vector<float> logits = runner_.forward_batch(chunks, pool_);
+        const std::vector<float> logits = runner_->forward_batch(chunks, pool_);
         active.clear();
         for (size_t b = 0; b < batched.size(); ++b) {
             const size_t i = batched[b];

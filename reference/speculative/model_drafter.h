@@ -18,13 +18,16 @@
 // Self-speculative early exit runs the target's first `num_layers` layers and
 // then its final norm and output head: no second model, and the same
 // weights (nothing is copied) — the runner simply stops early.
+// The drafter needs only logits from its model: it depends on that
+// interface (reference/engine/batch_forward.h), not on the runner itself.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
 
-#include "reference/engine/model_runner.h"
+#include "reference/engine/batch_forward.h"
+#include "reference/engine/runner_options.h"
 #include "reference/kv/kv_block_manager.h"
 #include "reference/model/model.h"
 #include "reference/speculative/drafter.h"
@@ -35,17 +38,20 @@ class ModelDrafter : public Drafter {
   public:
     // A separate draft model. Throws servelab::Error unless its vocabulary
     // is the target's, token for token (drafts are token ids), or for MLA.
+    // `runner` is how the drafter's own runner is built (the command's
+    // --no-fused-kernels, as for the target's).
     static std::unique_ptr<ModelDrafter> draft_model(const Model& draft, const Model& target,
-                                                     int64_t num_kv_blocks,
-                                                     int64_t block_size = 16);
+                                                     int64_t num_kv_blocks, int64_t block_size = 16,
+                                                     const RunnerOptions& runner = {});
     // The target's first `num_layers` layers, its final norm and its head.
     // Throws servelab::Error unless 1 <= num_layers < the target's layers.
     static std::unique_ptr<ModelDrafter> early_exit(const Model& target, int64_t num_layers,
-                                                    int64_t num_kv_blocks, int64_t block_size = 16);
+                                                    int64_t num_kv_blocks, int64_t block_size = 16,
+                                                    const RunnerOptions& runner = {});
 
     // `weights` (at least config.num_layers layers) must outlive the drafter.
     ModelDrafter(const ModelConfig& config, const ModelWeights& weights, int64_t num_kv_blocks,
-                 int64_t block_size);
+                 int64_t block_size, const RunnerOptions& runner = {});
     ModelDrafter(const ModelDrafter&) = delete;  // the runner refers to config_
     ModelDrafter& operator=(const ModelDrafter&) = delete;
 
@@ -59,11 +65,11 @@ class ModelDrafter : public Drafter {
     // tests of rollback and release.
     int64_t num_cached_tokens(int64_t request_id) const;
     int64_t num_blocks_in_use() const { return pool_.num_blocks() - pool_.allocator().num_free(); }
-    int64_t num_tokens_computed() const { return runner_.num_tokens_computed(); }
+    int64_t num_tokens_computed() const { return runner_->num_tokens_computed(); }
 
   private:
     ModelConfig config_;
-    ModelRunner runner_;
+    std::unique_ptr<BatchForward> runner_;  // the CPU runner over config_
     PagedKvCache pool_;
     KvBlockManager kv_;
     std::map<int64_t, PagedSequence> sequences_;

@@ -290,15 +290,24 @@ TEST(FusionPlan, NotRequestedMeansNoFusionWhateverIsLinked) {
     EXPECT_EQ(plan_fusions(false, [](std::string_view) { return true; }), FusionPlan{});
 }
 
-TEST(FusionPlan, RunnerFollowsTheProcessRequestWhenBuilt) {
+TEST(FusionPlan, RunnerFollowsItsFusedKernelsOptionWhenBuilt) {
     const TinyModelOptions options;
     const Model model = Model::from_gguf(GgufFile::parse(make_tiny_model(options)));
-    set_fused_kernels_requested(false);
-    const ModelRunner unfused(model.config, model.weights);
-    set_fused_kernels_requested(true);
-    const ModelRunner fused(model.config, model.weights);
+    // Built side by side in one process: each runner follows its own option.
+    const ModelRunner unfused(model.config, model.weights, {.fused_kernels = false});
+    const ModelRunner fused(model.config, model.weights, {.fused_kernels = true});
+    const ModelRunner by_default(model.config, model.weights);
     EXPECT_EQ(unfused.fusions(), FusionPlan{}) << "--no-fused-kernels";
-    EXPECT_EQ(fused.fusions(), all_fusions()) << "the default";
+    EXPECT_EQ(fused.fusions(), all_fusions());
+    EXPECT_EQ(by_default.fusions(), all_fusions()) << "the default";
+    EXPECT_EQ(plan_fusions(false), FusionPlan{});
+    EXPECT_EQ(plan_fusions(true), all_fusions());
+    // One rank of a split model takes the same option.
+    SoloCommunicator solo;
+    const TensorParallelShard whole = plan_shard(model.config, 1, 0);
+    const ModelRunner rank(model.config, model.weights, whole, solo, {.fused_kernels = false});
+    EXPECT_EQ(rank.fusions(), FusionPlan{}) << "--no-fused-kernels with --tp";
+    EXPECT_FALSE(rank.options().fused_kernels);
 }
 
 // ---------------------------------------------------------------- whole models

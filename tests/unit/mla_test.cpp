@@ -195,8 +195,8 @@ TEST(Mla, AbsorbedModelEqualsNaiveModel) {
         std::vector<TokenId> tokens(size_t(random.integer(2, 30)));
         for (TokenId& t : tokens) t = TokenId(random.integer(0, model.config.vocab_size - 1));
 
-        ModelRunner naive(model.config, model.weights, MlaMode::kNaive);
-        ModelRunner absorbed(model.config, model.weights, MlaMode::kAbsorbed);
+        ModelRunner naive(model.config, model.weights, {.mla_mode = MlaMode::kNaive});
+        ModelRunner absorbed(model.config, model.weights, {.mla_mode = MlaMode::kAbsorbed});
         const StepInput all{tokens, 0, LogitsFor::kAllTokens};
         const auto naive_logits = naive.forward(all);
         EXPECT_LE(test::max_relative_error(absorbed.forward(all), naive_logits), 1e-5);
