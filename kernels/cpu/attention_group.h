@@ -19,11 +19,11 @@
 #include <span>
 #include <vector>
 
+#include "kernels/common/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/head_mapping.h"
 #include "kernels/cpu/softmax.h"
-#include "reference/common/error.h"
 
 namespace servelab {
 

@@ -3,9 +3,9 @@
 
 #include <vector>
 
+#include "kernels/common/error.h"
 #include "kernels/cpu/attention_group.h"
 #include "kernels/cpu/parallel_for.h"
-#include "reference/common/error.h"
 
 namespace servelab {
 

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <string>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 
 namespace servelab {
 namespace {

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/common/error.h"
 #include "kernels/cpu/online_softmax.h"
 #include "kernels/cpu/parallel_for.h"
-#include "reference/common/error.h"
 
 namespace servelab {
 

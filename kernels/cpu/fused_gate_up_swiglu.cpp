@@ -7,8 +7,8 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/common/error.h"
 #include "kernels/cpu/dequantize.h"
-#include "reference/common/error.h"
 
 namespace servelab {
 

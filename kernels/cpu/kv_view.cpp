@@ -3,9 +3,9 @@
 
 #include <cstring>
 
+#include "kernels/common/error.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/kv_quant.h"
-#include "reference/common/error.h"
 
 namespace servelab {
 

@@ -5,11 +5,11 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/common/error.h"
 #include "kernels/cpu/attention_group.h"
 #include "kernels/cpu/flash_decoding.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/parallel_for.h"
-#include "reference/common/error.h"
 
 namespace servelab {
 namespace {

@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/common/error.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/simd.h"
-#include "reference/common/error.h"
 
 namespace servelab {
 namespace {

@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/common/error.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/simd.h"
-#include "reference/common/error.h"
 
 namespace servelab {
 namespace {

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 
 namespace servelab::cuda {
 

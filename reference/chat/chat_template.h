@@ -17,8 +17,8 @@
 #include <string>
 #include <string_view>
 
+#include "kernels/common/error.h"
 #include "reference/chat/chat_format.h"
-#include "reference/common/error.h"
 #include "reference/model/gguf_reader.h"
 #include "reference/model/tokenizer.h"
 

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <initializer_list>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 
 namespace servelab::jinja {
 namespace {

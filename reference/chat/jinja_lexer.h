@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 
 namespace servelab::jinja {
 

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/model/unicode_categories.h"
 
 namespace servelab::jinja {

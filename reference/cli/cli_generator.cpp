@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/engine/runner_generate.h"
 #include "reference/kv/kv_budget.h"
 #include "reference/speculative/model_drafter.h"

@@ -11,7 +11,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/kv/kv_budget.h"
 #include "reference/speculative/model_drafter.h"
 

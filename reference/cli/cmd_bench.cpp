@@ -21,11 +21,11 @@
 #include <cstdio>
 #include <memory>
 
+#include "kernels/common/error.h"
 #include "reference/cli/cli_generator.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
 #include "reference/cli/machine_info.h"
-#include "reference/common/error.h"
 #include "reference/engine/generator.h"
 #include "reference/experiments/serving_metrics.h"
 #include "reference/model/model_weights.h"

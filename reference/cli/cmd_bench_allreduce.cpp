@@ -21,10 +21,10 @@
 #include <random>
 #include <vector>
 
+#include "kernels/common/error.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
 #include "reference/cli/tensor_parallel_ranks.h"
-#include "reference/common/error.h"
 #include "reference/experiments/serving_metrics.h"
 
 namespace servelab::cli {

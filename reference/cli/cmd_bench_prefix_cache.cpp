@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/common/error.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
-#include "reference/common/error.h"
 #include "reference/experiments/prefix_cache_replay.h"
 #include "reference/experiments/trace.h"
 

@@ -24,9 +24,9 @@
 #include <random>
 #include <vector>
 
+#include "kernels/common/error.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
-#include "reference/common/error.h"
 #include "reference/experiments/serving_metrics.h"
 #include "reference/model/gguf_reader.h"
 #include "reference/quant/quantize_layer.h"

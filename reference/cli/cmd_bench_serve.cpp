@@ -26,9 +26,9 @@
 #include <semaphore>
 #include <thread>
 
+#include "kernels/common/error.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
-#include "reference/common/error.h"
 #include "reference/experiments/serving_metrics.h"
 #include "reference/experiments/trace.h"
 

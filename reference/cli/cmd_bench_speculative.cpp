@@ -35,7 +35,7 @@
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
 #include "reference/cli/machine_info.h"
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/engine/engine.h"
 #include "reference/engine/request_builder.h"
 #include "reference/experiments/serving_metrics.h"

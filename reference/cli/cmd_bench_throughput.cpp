@@ -16,11 +16,11 @@
 #include <fstream>
 #include <memory>
 
+#include "kernels/common/error.h"
 #include "reference/cli/cli_generator.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
 #include "reference/cli/machine_info.h"
-#include "reference/common/error.h"
 #include "reference/experiments/trace_replay.h"
 
 namespace servelab::cli {

@@ -15,11 +15,11 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/common/error.h"
 #include "reference/cli/cli_generator.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
 #include "reference/cli/tensor_parallel_ranks.h"
-#include "reference/common/error.h"
 #include "reference/engine/generator.h"
 #include "reference/engine/request_builder.h"
 

@@ -14,9 +14,9 @@
 #include <fstream>
 #include <memory>
 
+#include "kernels/common/error.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
-#include "reference/common/error.h"
 #include "reference/engine/kv_quality.h"
 
 namespace servelab::cli {

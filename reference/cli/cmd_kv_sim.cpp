@@ -12,9 +12,9 @@
 #include <cstdio>
 #include <memory>
 
+#include "kernels/common/error.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
-#include "reference/common/error.h"
 #include "reference/experiments/kv_memory_sim.h"
 #include "reference/kv/kv_budget.h"
 

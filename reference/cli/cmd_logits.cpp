@@ -9,9 +9,9 @@
 #include <cstdio>
 #include <memory>
 
+#include "kernels/common/error.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
-#include "reference/common/error.h"
 #include "reference/engine/model_runner.h"
 
 namespace servelab::cli {

@@ -33,7 +33,7 @@ void add_tiny_model_shape(CLI::App& cmd, TinyModelOptions& model) {
     cmd.add_option("--ffn-dim", model.ffn_dim)->check(CLI::Range(1, 16384))->capture_default_str();
     // A real model's vocabulary size (Llama 3: 128256) pads the byte-level
     // one with unused tokens, so the embedding and the head cost what they
-    // would (a benchmark's model, tools/cpu_peer_report.py's DRAM case).
+    // would (a benchmark's model, tools/reports/cpu_peer_report.py's DRAM case).
     cmd.add_option("--vocab", model.vocab_size,
                    "vocabulary size; 0 = the byte-level vocabulary alone (266 tokens)")
         ->check(CLI::Range(int64_t(0), int64_t(1) << 18))

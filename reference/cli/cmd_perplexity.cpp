@@ -19,10 +19,10 @@
 #include <optional>
 #include <sstream>
 
+#include "kernels/common/error.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
 #include "reference/cli/stage_progress.h"
-#include "reference/common/error.h"
 #include "reference/eval/perplexity.h"
 
 namespace servelab::cli {

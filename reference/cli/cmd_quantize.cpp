@@ -13,10 +13,10 @@
 #include <memory>
 #include <optional>
 
+#include "kernels/common/error.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
 #include "reference/cli/stage_progress.h"
-#include "reference/common/error.h"
 #include "reference/quant/quantize_model.h"
 
 namespace servelab::cli {

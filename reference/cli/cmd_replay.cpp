@@ -16,10 +16,10 @@
 #include <cstdio>
 #include <memory>
 
+#include "kernels/common/error.h"
 #include "reference/cli/cli_generator.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
-#include "reference/common/error.h"
 #include "reference/experiments/trace.h"
 
 namespace servelab::cli {

@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/common/error.h"
 #include "reference/cli/commands.h"
 #include "reference/cli/shutdown_signals.h"
-#include "reference/common/error.h"
 #include "reference/common/memory_release.h"
 #include "reference/router/backend_pool.h"
 #include "reference/router/router_server.h"

@@ -25,10 +25,10 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/common/error.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
 #include "reference/cli/shutdown_signals.h"
-#include "reference/common/error.h"
 #include "reference/common/memory_release.h"
 #include "reference/engine/engine.h"
 #include "reference/kv/kv_block_manager.h"

@@ -11,8 +11,8 @@
 #include <cstdio>
 #include <exception>
 
+#include "kernels/common/error.h"
 #include "reference/cli/commands.h"
-#include "reference/common/error.h"
 #include "reference/parallel/mpi_communicator.h"
 
 int main(int argc, char** argv) {

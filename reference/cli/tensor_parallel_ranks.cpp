@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/kv/kv_budget.h"
 #include "reference/parallel/mpi_communicator.h"
 #include "reference/parallel/shard_loader.h"

@@ -5,7 +5,7 @@
 //   -include reference/common/exercise_file_marker.h
 //   -DSERVELAB_EXERCISE_FILE="kernels/cpu/rmsnorm.cpp"  (the repository path)
 // and this header registers the path when the object is linked and loaded.
-// A copy of the file compiled elsewhere (a mutant of tools/mutate.py) is
+// A copy of the file compiled elsewhere (a mutant of tools/labkit/mutate.py) is
 // compiled without these two flags, so it registers nothing. (The source's
 // own name cannot tell: clang's __BASE_FILE__ in a force-included header is
 // "<built-in>", not the file being compiled.)

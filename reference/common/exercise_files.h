@@ -4,7 +4,7 @@
 // docs/kernel_fusion.md). A fused kernel does the work of several plain ones.
 // In a lab build, a planted-bug build or a mutation-test build one of those
 // plain kernels is someone's own code (labs/labNN_*/student/, a patch of
-// tests/labs/, a mutant of tools/mutate.py), and a fusion would route the
+// tests/labs/, a mutant of tools/labkit/mutate.py), and a fusion would route the
 // engine around it: the student's rmsnorm would never run. So the engine
 // fuses only where the reference version of every file a fusion bypasses is
 // the one linked (reference/engine/fusion_plan.h).
@@ -14,7 +14,7 @@
 // servelab_reference_<file> objects). The marker registers the file's path at
 // start-up. Nothing else is compiled with it: a mutant is compiled from a
 // scratch copy with the reference object's command less the marker's flags
-// (tools/mutate.py), and does not register. A student's file, a planted bug's or a mutant's object
+// (tools/labkit/mutate.py), and does not register. A student's file, a planted bug's or a mutant's object
 // is linked in place of the reference object, whose symbols are then already
 // defined, so the linker never pulls the reference object (nor its marker)
 // out of the archive. No registration means no fusion: the safe default.

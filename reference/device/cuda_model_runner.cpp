@@ -11,6 +11,7 @@
 #include <map>
 #include <unordered_set>
 
+#include "kernels/common/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_info.h"
@@ -22,7 +23,6 @@
 #include "kernels/cuda/paged_prefill_attention.h"
 #include "kernels/cuda/rope_kernels.h"
 #include "kernels/cuda/sampling_kernels.h"
-#include "reference/common/error.h"
 #include "reference/device/cuda_weights.h"
 #include "reference/device/device_step_plan.h"
 

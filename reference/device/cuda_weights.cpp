@@ -1,7 +1,7 @@
 // cuda_weights.cpp — see cuda_weights.h.
 #include "reference/device/cuda_weights.h"
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 
 namespace servelab {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 
 namespace servelab {
 namespace {

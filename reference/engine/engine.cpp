@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/engine/engine_live.h"
 
 namespace servelab {

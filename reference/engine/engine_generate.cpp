@@ -6,7 +6,7 @@
 // and `bench throughput` drive Engine::step themselves.
 #include <map>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/engine/engine.h"
 
 namespace servelab {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/engine/generator.h"
 #include "reference/engine/stop_checker.h"
 #include "reference/model/model_config.h"

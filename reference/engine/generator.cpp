@@ -6,7 +6,7 @@
 #include <chrono>
 #include <optional>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/engine/step_plan.h"
 #include "reference/sampling/sampler.h"
 

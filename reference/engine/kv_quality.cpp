@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/engine/generator.h"
 #include "reference/sampling/sampling_filters.h"
 

@@ -1,6 +1,7 @@
 // llama_forward.cpp — see llama_forward.h.
 #include "reference/engine/llama_forward.h"
 
+#include "kernels/common/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/fused_add_rmsnorm.h"
 #include "kernels/cpu/fused_gate_up_swiglu.h"
@@ -11,7 +12,6 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
 #include "reference/attention/cached_attention.h"
-#include "reference/common/error.h"
 #include "reference/parallel/parallel_linear.h"
 
 namespace servelab {

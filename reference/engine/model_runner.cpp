@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/common/exercise_files.h"
 #include "reference/speculative/verify_drafts.h"
 

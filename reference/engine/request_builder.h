@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/common/error.h"
 #include "reference/chat/chat_format.h"
 #include "reference/chat/chat_template.h"
-#include "reference/common/error.h"
 #include "reference/model/model.h"
 #include "reference/sampling/sampling_params.h"
 

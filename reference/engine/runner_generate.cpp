@@ -5,7 +5,7 @@
 #include <chrono>
 #include <optional>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/engine/generation_common.h"
 #include "reference/kv/kv_block_manager.h"
 

@@ -7,7 +7,7 @@
 #include <deque>
 #include <optional>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/kv/block_table.h"
 
 namespace servelab {

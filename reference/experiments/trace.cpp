@@ -8,7 +8,7 @@
 #include <fstream>
 #include <random>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 
 namespace servelab {
 namespace {

@@ -1,7 +1,7 @@
 // trace.h — request traces for experiments: lengths, not texts.
 //
 // Lab 4 (chapter 11.4). data/traces/*.jsonl hold one request per line, made
-// by tools/make_traces.py (see data/traces/README.md):
+// by tools/goldens/make_traces.py (see data/traces/README.md):
 //   {"id": 0, "prompt_tokens": 178, "output_tokens": 872}
 // and, for prefix-sharing workloads, either "prefix_group" and
 // "prefix_tokens" (the first prefix_tokens of requests in the same group are

@@ -5,7 +5,7 @@
 #include <map>
 #include <thread>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 
 namespace servelab {
 namespace {

@@ -11,7 +11,7 @@
 // append copies it first (copy-on-write), as always.
 #include <fmt/format.h>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/kv/block_table.h"
 
 namespace servelab {

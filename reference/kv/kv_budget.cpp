@@ -7,7 +7,7 @@
 #include <charconv>
 #include <cmath>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 
 namespace servelab {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/kv/prefix_cache.h"
 #include "reference/kv/radix_cache.h"
 

@@ -11,7 +11,7 @@
 
 #include <unordered_map>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/kv/radix_cache.h"
 
 namespace servelab {

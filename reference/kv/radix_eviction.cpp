@@ -8,7 +8,7 @@
 // every one a sequence still holds.
 #include <fmt/format.h>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/kv/radix_cache.h"
 
 namespace servelab {

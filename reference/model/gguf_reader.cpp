@@ -19,8 +19,8 @@
 #include <limits>
 #include <utility>
 
+#include "kernels/common/error.h"
 #include "kernels/cpu/dequantize.h"
-#include "reference/common/error.h"
 
 namespace servelab {
 namespace {

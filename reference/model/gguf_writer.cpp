@@ -13,8 +13,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "kernels/common/error.h"
 #include "kernels/cpu/dequantize.h"
-#include "reference/common/error.h"
 
 namespace servelab {
 namespace {

@@ -1,7 +1,7 @@
 // model.cpp — see model.h.
 #include "reference/model/model.h"
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 
 namespace servelab {
 

@@ -12,7 +12,7 @@
 #include <span>
 #include <utility>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/model/unicode_categories.h"
 
 namespace servelab {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <random>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/model/gguf_writer.h"
 #include "reference/model/tokenizer.h"
 

@@ -18,7 +18,7 @@
 #include <queue>
 #include <unordered_map>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/model/gguf_reader.h"
 #include "reference/model/pretokenizer.h"
 #include "reference/model/unicode_categories.h"

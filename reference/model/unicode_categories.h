@@ -4,7 +4,7 @@
 // written in terms of \p{L} (letters), \p{N} (numbers), \p{P} (punctuation)
 // and \s (white space), so we need those classes for every code point, plus
 // UTF-8 decoding and encoding. The category ranges are generated from Python's
-// unicodedata by tools/gen_unicode_tables.py into unicode_tables.cpp; there is
+// unicodedata by tools/goldens/gen_unicode_tables.py into unicode_tables.cpp; there is
 // no run-time dependency on ICU.
 #pragma once
 

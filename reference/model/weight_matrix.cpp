@@ -7,11 +7,11 @@
 
 #include <algorithm>
 
+#include "kernels/common/error.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_matmul_fast.h"
 #include "kernels/cpu/quant_matmul_repacked.h"
-#include "reference/common/error.h"
 
 namespace servelab {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 
 namespace servelab {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 
 #ifdef SERVELAB_HAVE_MPI
 #include <mpi.h>

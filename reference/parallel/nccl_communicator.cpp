@@ -9,10 +9,10 @@
 #include <numeric>
 #include <string>
 
+#include "kernels/common/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_info.h"
-#include "reference/common/error.h"
 
 namespace servelab {
 namespace {

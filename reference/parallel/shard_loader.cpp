@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
+#include "kernels/common/error.h"
 #include "kernels/cpu/dequantize.h"
-#include "reference/common/error.h"
 #include "reference/model/weight_loading.h"
 
 namespace servelab {

@@ -19,7 +19,7 @@
 #include <mutex>
 #include <vector>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/parallel/communicator.h"
 
 namespace servelab {

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <iterator>
 
+#include "kernels/common/error.h"
 #include "kernels/cpu/matmul.h"
-#include "reference/common/error.h"
 #include "reference/engine/model_runner.h"
 #include "reference/model/model.h"
 

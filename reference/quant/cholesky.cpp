@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 
 namespace servelab {
 

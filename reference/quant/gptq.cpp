@@ -6,8 +6,8 @@
 
 #include <algorithm>
 
+#include "kernels/common/error.h"
 #include "kernels/cpu/parallel_for.h"
-#include "reference/common/error.h"
 #include "reference/quant/cholesky.h"
 #include "reference/quant/gptq_block.h"
 

@@ -5,7 +5,7 @@
 
 #include <cstddef>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/quant/awq_folding.h"
 #include "reference/quant/awq_search.h"
 #include "reference/quant/output_error.h"

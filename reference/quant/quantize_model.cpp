@@ -13,8 +13,8 @@
 #include <map>
 #include <optional>
 
+#include "kernels/common/error.h"
 #include "kernels/cpu/dequantize.h"
-#include "reference/common/error.h"
 #include "reference/model/gguf_reader.h"
 #include "reference/model/gguf_writer.h"
 #include "reference/model/model.h"

@@ -10,7 +10,7 @@
 #include <set>
 #include <thread>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/router/prompt_key.h"
 #include "reference/router/sse_event_buffer.h"
 #include "reference/server/api_listener.h"

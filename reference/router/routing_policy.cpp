@@ -1,7 +1,7 @@
 // routing_policy.cpp — see routing_policy.h.
 #include "reference/router/routing_policy.h"
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 
 namespace servelab {
 

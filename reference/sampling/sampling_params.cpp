@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/sampling/token_logprobs.h"
 
 namespace servelab {

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 
 namespace servelab {
 

@@ -8,7 +8,7 @@
 
 #include <algorithm>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/scheduler/scheduler.h"
 
 namespace servelab {

@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/common/error.h"
 #include "reference/chat/chat_format.h"
-#include "reference/common/error.h"
 #include "reference/sampling/sampling_params.h"
 #include "reference/sampling/token_logprobs.h"
 

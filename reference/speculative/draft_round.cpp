@@ -7,7 +7,7 @@
 #include <chrono>
 #include <utility>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 
 namespace servelab {
 

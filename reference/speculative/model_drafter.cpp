@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/speculative/rejection_sampler.h"
 
 namespace servelab {

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/sampling/sampling_filters.h"
 
 namespace servelab {

@@ -8,7 +8,7 @@
 // before it is read again. Random codes, the same finite fp16 d and m in
 // every block (any Q4_1 shape's blocks fall on the buffer's 20-byte grid):
 // the speed does not depend on the values.
-// Used by tests/bench/gemv_steps_bench.cpp and tools/gemv_speed.cpp.
+// Used by tests/bench/gemv_steps_bench.cpp and tools/labkit/gemv_speed.cpp.
 #pragma once
 
 #include <unistd.h>

@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/common/error.h"
 #include "kernels/cpu/dequantize.h"
-#include "reference/common/error.h"
 #include "reference/model/gguf_reader.h"
 
 namespace {

@@ -3,7 +3,7 @@
 // do not use (odd sizes, partial RoPE, GQA ratio 3, one query after many keys,
 // exact top-p boundaries, another tiny model and context length).
 //
-// The instructor's hidden tests: tools/student_release.py leaves this file out of
+// The instructor's hidden tests: tools/labkit/student_release.py leaves this file out of
 // the student release, so never quote it in a handout. They check the contracts the
 // handout states, so a solution tuned to the public tests' shapes fails here.
 #include <gtest/gtest.h>

@@ -4,7 +4,7 @@
 // every cache fill level, steps of uneven sizes, a GQA ratio of 3, a cache that is
 // exactly full).
 //
-// The instructor's hidden tests: tools/student_release.py leaves this file out of
+// The instructor's hidden tests: tools/labkit/student_release.py leaves this file out of
 // the student release, so never quote it in a handout. They check the contracts the
 // handout states, so a solution tuned to the public tests' shapes fails here.
 #include <gtest/gtest.h>

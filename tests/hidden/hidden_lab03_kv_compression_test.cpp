@@ -4,7 +4,7 @@
 // rows whose largest entry is negative, an int8 cache of odd heads, MLA shapes
 // down to a width of 1, and one query after many keys).
 //
-// The instructor's hidden tests: tools/student_release.py leaves this file out of
+// The instructor's hidden tests: tools/labkit/student_release.py leaves this file out of
 // the student release, so never quote it in a handout. They check the contracts the
 // handout states, so a solution tuned to the public tests' shapes fails here.
 #include <gtest/gtest.h>

@@ -4,7 +4,7 @@
 // and block sizes, a block size of 1, a pool exactly full, three holders of one
 // block, shuffled block tables, key counts that are not a multiple of the block).
 //
-// The instructor's hidden tests: tools/student_release.py leaves this file out of
+// The instructor's hidden tests: tools/labkit/student_release.py leaves this file out of
 // the student release, so never quote it in a handout. They check the contracts the
 // handout states, so a solution tuned to the public tests' shapes fails here.
 #include <gtest/gtest.h>

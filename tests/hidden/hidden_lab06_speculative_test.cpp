@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "../unit/test_util.h"
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/kv/block_allocator.h"
 #include "reference/kv/block_table.h"
 #include "reference/speculative/ngram_proposer.h"

@@ -20,7 +20,7 @@
 
 #include "../unit/radix_test_util.h"
 #include "../unit/test_util.h"
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/kv/block_allocator.h"
 #include "reference/kv/radix_cache.h"
 

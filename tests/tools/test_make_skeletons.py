@@ -27,7 +27,7 @@ make_skeletons = importlib.util.module_from_spec(_spec)
 sys.modules["make_skeletons"] = make_skeletons  # dataclasses look the module up while it loads
 _spec.loader.exec_module(make_skeletons)
 
-INCLUDE = '#include "reference/common/not_implemented.h"\n'
+INCLUDE = '#include "kernels/common/not_implemented.h"\n'
 
 
 def banner(path, lab="01"):
@@ -118,7 +118,7 @@ class StubTest(TreeTestCase):
             #include "kernels/cpu/rmsnorm.h"
 
             #include <cmath>
-            #include "reference/common/not_implemented.h"
+            #include "kernels/common/not_implemented.h"
 
             namespace servelab {
 
@@ -246,7 +246,7 @@ class IncludeTest(TreeTestCase):
     REGION = "void f() {\n    // BEGIN SOLUTION lab01\n    g();\n    // END SOLUTION\n}\n"
 
     def test_present_include_is_not_repeated(self):
-        self.write("reference/a.cpp", '#include "reference/common/not_implemented.h"\n#include <x>\n' + self.REGION)
+        self.write("reference/a.cpp", '#include "kernels/common/not_implemented.h"\n#include <x>\n' + self.REGION)
         self.generate()
         self.assertEqual(self.student("reference/a.cpp").count("not_implemented.h"), 1)
 

@@ -11,7 +11,7 @@
 
 #include <algorithm>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/kv/kv_block_manager.h"
 #include "reference/sampling/sampling_filters.h"
 #include "tests/unit/engine_test_util.h"

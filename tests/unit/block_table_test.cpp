@@ -11,7 +11,7 @@
 #include <map>
 #include <set>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/kv/block_allocator.h"
 #include "reference/kv/block_table.h"
 #include "tests/unit/test_util.h"

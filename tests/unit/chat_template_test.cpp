@@ -2,7 +2,7 @@
 //
 // Part of the model loader tests (all labs; chapter 11, serving: chat
 // templates). The expected strings come from Python's jinja2, run by
-// tools/make_chat_template_goldens.py in Hugging Face's apply_chat_template
+// tools/goldens/make_chat_template_goldens.py in Hugging Face's apply_chat_template
 // environment (data/golden/chat_templates/goldens.json): the real templates
 // of SmolLM2, Llama 3 and 3.1, Qwen2.5, Mistral and DeepSeek-V2 against many
 // conversations, and one small template per construct of the subset. Every

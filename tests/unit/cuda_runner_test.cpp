@@ -26,8 +26,8 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "kernels/common/error.h"
 #include "kernels/cuda/device_info.h"
-#include "reference/common/error.h"
 #include "reference/device/cuda_model_runner.h"
 #include "reference/engine/engine.h"
 #include "reference/kv/kv_block_manager.h"

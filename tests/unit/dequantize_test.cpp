@@ -2,7 +2,7 @@
 //
 // Part of the model loader tests (all labs). Three kinds of checks:
 //   1. hand-built blocks whose decoded values are worked out in the comments;
-//   2. golden files made by tools/make_dequant_goldens.py with the official
+//   2. golden files made by tools/goldens/make_dequant_goldens.py with the official
 //      `gguf` Python package, which servelab must match bit for bit (both
 //      decode in float32 with the same operation order, so no tolerance is
 //      needed);
@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/common/error.h"
 #include "kernels/cpu/dequantize.h"
-#include "reference/common/error.h"
 #include "reference/model/gguf_writer.h"
 
 #ifndef SERVELAB_SOURCE_DIR
@@ -305,7 +305,7 @@ uint32_t read_le_u32(const std::vector<uint8_t>& bytes, size_t offset) {
            (static_cast<uint32_t>(bytes[offset + 3]) << 24);
 }
 
-// Reads one file in the format described in tools/make_dequant_goldens.py.
+// Reads one file in the format described in tools/goldens/make_dequant_goldens.py.
 GoldenCase load_golden(const std::string& file_name) {
     const std::string path = std::string(SERVELAB_SOURCE_DIR) + "/data/golden/dequant/" + file_name;
     std::ifstream in(path, std::ios::binary);

@@ -6,7 +6,7 @@
 // right, and padding must write nothing and attend to nothing.
 #include <gtest/gtest.h>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/device/device_step_plan.h"
 #include "reference/kv/block_allocator.h"
 #include "reference/kv/block_table.h"

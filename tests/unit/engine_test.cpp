@@ -8,7 +8,7 @@
 
 #include <map>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/engine/engine.h"
 #include "reference/engine/request_builder.h"
 #include "tests/unit/engine_test_util.h"

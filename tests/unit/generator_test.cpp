@@ -2,7 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/engine/generator.h"
 #include "reference/model/model.h"
 #include "reference/model/tiny_model.h"

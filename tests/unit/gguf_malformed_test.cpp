@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/model/gguf_reader.h"
 #include "reference/model/gguf_writer.h"
 #include "tests/unit/test_util.h"

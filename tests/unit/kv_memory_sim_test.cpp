@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/experiments/kv_memory_sim.h"
 #include "reference/experiments/trace.h"
 #include "tests/unit/test_util.h"

@@ -1,7 +1,7 @@
 // llamacpp_agreement_test.cpp — greedy continuations of SmolLM2 against llama.cpp.
 //
 // data/golden/llamacpp_greedy.json holds, for each prompt, llama.cpp's prompt
-// token ids and its greedy continuation (made by tools/make_llamacpp_goldens.py
+// token ids and its greedy continuation (made by tools/goldens/make_llamacpp_goldens.py
 // with llama-cpp-python on the same GGUF). llama.cpp quantizes activations to
 // 8 bits inside its Q4_1 matmuls, so its logits differ from our fp32 ones
 // (measured: median 0.13, p99 0.64 logits; docs/correctness.md). Where the

@@ -8,7 +8,7 @@
 // with finish reason "length".
 #include <gtest/gtest.h>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/engine/engine.h"
 #include "reference/engine/request_builder.h"
 #include "tests/unit/engine_test_util.h"

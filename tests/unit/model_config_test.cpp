@@ -5,7 +5,7 @@
 #include <fstream>
 #include <functional>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/model/gguf_writer.h"
 #include "reference/model/model.h"
 #include "reference/model/tiny_model.h"

@@ -10,7 +10,7 @@
 
 #include <cmath>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/engine/model_runner.h"
 #include "reference/model/model.h"
 #include "reference/model/tiny_model.h"

@@ -9,7 +9,7 @@
 // with each request alone on a paged cache of its own (solo()), exactly.
 #include <gtest/gtest.h>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/engine/engine.h"
 #include "tests/unit/engine_test_util.h"
 #include "tests/unit/tokens_up_to_rounding.h"

@@ -12,7 +12,7 @@
 #include <map>
 #include <set>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/kv/kv_block_manager.h"
 #include "reference/kv/prefix_cache.h"
 #include "tests/unit/engine_test_util.h"

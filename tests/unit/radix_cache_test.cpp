@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/kv/block_allocator.h"
 #include "reference/kv/radix_cache.h"
 #include "tests/unit/radix_test_util.h"

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/router/backend_pool.h"
 #include "reference/router/prompt_key.h"
 #include "reference/router/routing_policy.h"

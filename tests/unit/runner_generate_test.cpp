@@ -10,7 +10,7 @@
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/engine/runner_generate.h"
 #include "tests/unit/engine_test_util.h"
 #include "tests/unit/tokens_up_to_rounding.h"

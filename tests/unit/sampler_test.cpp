@@ -10,7 +10,7 @@
 #include <numeric>
 #include <sstream>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/sampling/sampler.h"
 #include "reference/sampling/sampling_filters.h"
 #include "tests/unit/test_util.h"

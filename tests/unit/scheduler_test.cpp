@@ -11,7 +11,7 @@
 
 #include <memory>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/engine/generator.h"
 #include "reference/engine/runner_generate.h"
 #include "reference/model/model.h"

@@ -16,7 +16,7 @@
 #include <cstdio>
 #include <map>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/engine/engine.h"
 #include "reference/speculative/model_drafter.h"
 #include "tests/unit/engine_test_util.h"

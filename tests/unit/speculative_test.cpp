@@ -16,7 +16,7 @@
 #include <memory>
 #include <random>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/kv/block_allocator.h"
 #include "reference/kv/block_table.h"
 #include "reference/kv/kv_block_manager.h"

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 
 #ifndef SERVELAB_SOURCE_DIR
 #define SERVELAB_SOURCE_DIR "."

@@ -1,7 +1,7 @@
 // tokenizer_golden_test.cpp — servelab's token ids equal llama.cpp's on a corpus.
 //
 // Part of the model loader tests (all labs; tokenizer). The corpus and
-// llama.cpp's answers come from tools/make_tokenizer_goldens.py
+// llama.cpp's answers come from tools/goldens/make_tokenizer_goldens.py
 // (data/golden/tokenizer/smollm2_llamacpp.json). Every string is encoded with
 // the real SmolLM2 vocabulary and must give exactly llama.cpp's ids; decoding
 // must give llama.cpp's detokenization, which for valid UTF-8 is the input.

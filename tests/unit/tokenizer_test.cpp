@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/common/error.h"
 #include "reference/chat/chat_format.h"
-#include "reference/common/error.h"
 #include "reference/model/gguf_reader.h"
 #include "reference/model/gguf_writer.h"
 #include "reference/model/pretokenizer.h"

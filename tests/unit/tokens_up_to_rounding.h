@@ -23,7 +23,7 @@
 #include <span>
 #include <vector>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/engine/model_runner.h"
 #include "reference/engine/step_plan.h"
 #include "reference/kv/kv_block_manager.h"

@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "reference/common/error.h"
+#include "kernels/common/error.h"
 #include "reference/experiments/trace.h"
 #include "reference/model/gguf_reader.h"
 #include "tests/unit/test_util.h"

@@ -60,7 +60,7 @@ import sys
 SOURCE_DIRS = ("reference", "kernels")
 SOURCE_SUFFIXES = (".cpp", ".h", ".cu", ".cuh")
 CUDA_SUFFIXES = (".cu", ".cuh")  # where a __global__ function is device code
-NOT_IMPLEMENTED_HEADER = "reference/common/not_implemented.h"
+NOT_IMPLEMENTED_HEADER = "kernels/common/not_implemented.h"
 OUT_OF_DATE = "labs skeletons are out of date: run tools/labkit/make_skeletons.py"
 
 # ---------------------------------------------------------------- markers

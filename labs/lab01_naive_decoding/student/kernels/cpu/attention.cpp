@@ -6,9 +6,9 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/common/not_implemented.h"
 #include "kernels/cpu/head_mapping.h"
 #include "kernels/cpu/softmax.h"
-#include "reference/common/not_implemented.h"
 
 namespace servelab {
 

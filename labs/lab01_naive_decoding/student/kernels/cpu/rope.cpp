@@ -5,8 +5,8 @@
 
 #include <cmath>
 
+#include "kernels/common/not_implemented.h"
 #include "kernels/cpu/parallel_for.h"
-#include "reference/common/not_implemented.h"
 
 namespace servelab {
 

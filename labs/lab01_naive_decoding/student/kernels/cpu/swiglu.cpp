@@ -4,7 +4,7 @@
 #include "kernels/cpu/swiglu.h"
 
 #include <cmath>
-#include "reference/common/not_implemented.h"
+#include "kernels/common/not_implemented.h"
 
 namespace servelab {
 

@@ -8,8 +8,8 @@
 #include <chrono>
 #include <optional>
 
-#include "reference/common/error.h"
-#include "reference/common/not_implemented.h"
+#include "kernels/common/error.h"
+#include "kernels/common/not_implemented.h"
 #include "reference/engine/step_plan.h"
 #include "reference/sampling/sampler.h"
 

@@ -4,7 +4,7 @@
 #include "reference/sampling/sampling_filters.h"
 
 #include <algorithm>
-#include "reference/common/not_implemented.h"
+#include "kernels/common/not_implemented.h"
 
 namespace servelab {
 

@@ -3,8 +3,8 @@
 // cached_attention.cpp — see cached_attention.h. Lab 2's exercise: attend_with_cache.
 #include "reference/attention/cached_attention.h"
 
+#include "kernels/common/not_implemented.h"
 #include "kernels/cpu/attention_kv.h"
-#include "reference/common/not_implemented.h"
 
 namespace servelab {
 

@@ -2,7 +2,7 @@
 // This is your file for lab02: write your code where it says TODO.
 // step_plan.cpp — see step_plan.h. Lab 2's exercise: plan_step.
 #include "reference/engine/step_plan.h"
-#include "reference/common/not_implemented.h"
+#include "kernels/common/not_implemented.h"
 
 namespace servelab {
 

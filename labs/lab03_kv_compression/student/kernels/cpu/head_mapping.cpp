@@ -2,7 +2,7 @@
 // This is your file for lab03: write your code where it says TODO.
 // head_mapping.cpp — see head_mapping.h. Lab 3's exercise: the query-to-KV head mapping.
 #include "kernels/cpu/head_mapping.h"
-#include "reference/common/not_implemented.h"
+#include "kernels/common/not_implemented.h"
 
 namespace servelab {
 

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/common/not_implemented.h"
 #include "kernels/cpu/fp8.h"
-#include "reference/common/not_implemented.h"
 
 namespace servelab {
 namespace {

@@ -14,10 +14,10 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/common/not_implemented.h"
 #include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/softmax.h"
 #include "reference/attention/mla_attention.h"
-#include "reference/common/not_implemented.h"
 
 namespace servelab {
 

@@ -6,9 +6,9 @@
 
 #include <vector>
 
+#include "kernels/common/not_implemented.h"
 #include "kernels/cpu/attention_group.h"
 #include "kernels/cpu/parallel_for.h"
-#include "reference/common/not_implemented.h"
 
 namespace servelab {
 

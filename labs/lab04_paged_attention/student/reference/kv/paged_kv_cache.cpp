@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "reference/common/error.h"
-#include "reference/common/not_implemented.h"
+#include "kernels/common/error.h"
+#include "kernels/common/not_implemented.h"
 
 namespace servelab {
 

@@ -13,8 +13,8 @@
 // append copies it first (copy-on-write), as always.
 #include <fmt/format.h>
 
-#include "reference/common/error.h"
-#include "reference/common/not_implemented.h"
+#include "kernels/common/error.h"
+#include "kernels/common/not_implemented.h"
 #include "reference/kv/block_table.h"
 
 namespace servelab {

@@ -12,7 +12,7 @@
 
 #include <algorithm>
 #include <vector>
-#include "reference/common/not_implemented.h"
+#include "kernels/common/not_implemented.h"
 
 namespace servelab {
 

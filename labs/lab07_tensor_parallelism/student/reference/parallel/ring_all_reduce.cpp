@@ -8,7 +8,7 @@
 // chunk of the same buffer (rank r writes chunk c of its own buffer while
 // rank r+1 reads chunk c−1 of it), so only the step boundaries need a barrier.
 #include "reference/parallel/ring_all_reduce.h"
-#include "reference/common/not_implemented.h"
+#include "kernels/common/not_implemented.h"
 
 namespace servelab {
 

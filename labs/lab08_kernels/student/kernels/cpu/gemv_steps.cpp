@@ -13,11 +13,11 @@
 #include <algorithm>
 #include <string>
 
+#include "kernels/common/error.h"
+#include "kernels/common/not_implemented.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/simd.h"
-#include "reference/common/error.h"
-#include "reference/common/not_implemented.h"
 
 namespace servelab {
 namespace {

@@ -7,8 +7,8 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/common/not_implemented.h"
 #include "kernels/cpu/online_softmax.h"
-#include "reference/common/not_implemented.h"
 
 namespace servelab {
 

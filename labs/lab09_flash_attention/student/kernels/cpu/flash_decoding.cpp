@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/common/error.h"
+#include "kernels/common/not_implemented.h"
 #include "kernels/cpu/online_softmax.h"
 #include "kernels/cpu/parallel_for.h"
-#include "reference/common/error.h"
-#include "reference/common/not_implemented.h"
 
 namespace servelab {
 

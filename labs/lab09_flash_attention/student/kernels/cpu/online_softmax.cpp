@@ -7,8 +7,8 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/common/not_implemented.h"
 #include "kernels/cpu/attention_tiles.h"
-#include "reference/common/not_implemented.h"
 
 namespace servelab {
 

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <limits>
 
-#include "reference/common/not_implemented.h"
+#include "kernels/common/not_implemented.h"
 #include "reference/quant/output_error.h"
 
 namespace servelab {

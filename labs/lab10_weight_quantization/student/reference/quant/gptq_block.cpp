@@ -2,7 +2,7 @@
 // This is your file for lab10: write your code where it says TODO.
 // gptq_block.cpp — see gptq_block.h. Lab 10's third exercise: quantize a block, pass the error on.
 #include "reference/quant/gptq_block.h"
-#include "reference/common/not_implemented.h"
+#include "kernels/common/not_implemented.h"
 
 namespace servelab {
 

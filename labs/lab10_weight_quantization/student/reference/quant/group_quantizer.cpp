@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/common/not_implemented.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/parallel_for.h"
-#include "reference/common/not_implemented.h"
 
 namespace servelab {
 namespace {

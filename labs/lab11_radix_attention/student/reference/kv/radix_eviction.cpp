@@ -10,8 +10,8 @@
 // every one a sequence still holds.
 #include <fmt/format.h>
 
-#include "reference/common/error.h"
-#include "reference/common/not_implemented.h"
+#include "kernels/common/error.h"
+#include "kernels/common/not_implemented.h"
 #include "reference/kv/radix_cache.h"
 
 namespace servelab {
