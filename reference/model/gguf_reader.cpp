@@ -175,6 +175,42 @@ class Cursor {
 // Reads one value of `type`. `where` names the metadata key for messages;
 // `depth` counts the arrays around this value (0 for a top-level scalar).
 GgufValue read_value(Cursor& cursor, GgufValueType type, uint32_t depth, const std::string& where,
+                     const GgufLimits& limits);
+
+// An array value: its element type, its count (checked against the limits and
+// against the bytes left, before anything is reserved), then its elements,
+// each read as a value one level deeper.
+void read_array(Cursor& cursor, GgufValue& value, uint32_t depth, const std::string& where,
+                const GgufLimits& limits) {
+    if (depth + 1 > limits.max_array_depth) {
+        fail("array nesting deeper than " + std::to_string(limits.max_array_depth) + " in " +
+             where);
+    }
+    const uint32_t raw_elem_type = cursor.read_u32();
+    if (!is_known_value_type(raw_elem_type)) {
+        fail(where + " has an array of unknown value type " + std::to_string(raw_elem_type));
+    }
+    value.array_type = static_cast<GgufValueType>(raw_elem_type);
+    const GgufValueType element_type = value.array_type;
+    const uint64_t count = cursor.read_u64();
+    if (count > limits.max_array_elems) {
+        fail("array of " + std::to_string(count) + " elements exceeds limit " +
+             std::to_string(limits.max_array_elems) + " in " + where);
+    }
+    // Each element takes at least min_encoded_bytes: a count the rest
+    // of the file cannot hold is a truncation, found before reserving.
+    if (count > cursor.remaining() / min_encoded_bytes(element_type)) {
+        fail("file truncated: array of " + std::to_string(count) + " elements in " + where +
+             " cannot fit in the remaining " + std::to_string(cursor.remaining()) + " bytes");
+    }
+    cursor.charge_array_elements(count, limits, where);
+    value.array.reserve(count);
+    for (uint64_t i = 0; i < count; ++i) {
+        value.array.push_back(read_value(cursor, element_type, depth + 1, where, limits));
+    }
+}
+
+GgufValue read_value(Cursor& cursor, GgufValueType type, uint32_t depth, const std::string& where,
                      const GgufLimits& limits) {
     GgufValue value;
     value.type = type;
@@ -225,37 +261,9 @@ GgufValue read_value(Cursor& cursor, GgufValueType type, uint32_t depth, const s
         case GgufValueType::kString:
             value.as_string = cursor.read_string(limits);
             break;
-        case GgufValueType::kArray: {
-            if (depth + 1 > limits.max_array_depth) {
-                fail("array nesting deeper than " + std::to_string(limits.max_array_depth) +
-                     " in " + where);
-            }
-            const uint32_t raw_elem_type = cursor.read_u32();
-            if (!is_known_value_type(raw_elem_type)) {
-                fail(where + " has an array of unknown value type " +
-                     std::to_string(raw_elem_type));
-            }
-            value.array_type = static_cast<GgufValueType>(raw_elem_type);
-            const uint64_t count = cursor.read_u64();
-            if (count > limits.max_array_elems) {
-                fail("array of " + std::to_string(count) + " elements exceeds limit " +
-                     std::to_string(limits.max_array_elems) + " in " + where);
-            }
-            // Each element takes at least min_encoded_bytes: a count the rest
-            // of the file cannot hold is a truncation, found before reserving.
-            if (count > cursor.remaining() / min_encoded_bytes(value.array_type)) {
-                fail("file truncated: array of " + std::to_string(count) + " elements in " + where +
-                     " cannot fit in the remaining " + std::to_string(cursor.remaining()) +
-                     " bytes");
-            }
-            cursor.charge_array_elements(count, limits, where);
-            value.array.reserve(count);
-            for (uint64_t i = 0; i < count; ++i) {
-                value.array.push_back(
-                    read_value(cursor, value.array_type, depth + 1, where, limits));
-            }
+        case GgufValueType::kArray:
+            read_array(cursor, value, depth, where, limits);
             break;
-        }
     }
     return value;
 }
