@@ -25,6 +25,12 @@ void InputStatistics::add(const float* rows, int64_t num_rows, int64_t row_cols)
         throw Error(fmt::format("calibration: rows of {} values after rows of {}", row_cols, cols));
     }
     // Σ xᵀx over these rows is Xᵀ·X: one matmul of Xᵀ with itself (y = a·bᵀ with a = b = Xᵀ).
+    // matmul_plain, not the tiled matmul: its sums run in one fixed order on
+    // every CPU, while the tiled one splits them into as many partial sums as
+    // the machine's vector width. GPTQ rounds straight from this matrix's
+    // inverse, so a last-bit difference changes the file `servelab quantize`
+    // writes; with the plain loops the same input gives the same bytes on an
+    // AVX2 and an AVX-512 machine (the goldens are keyed by those bytes).
     std::vector<float> transposed(size_t(cols * num_rows));
     for (int64_t t = 0; t < num_rows; ++t) {
         for (int64_t j = 0; j < cols; ++j) {
@@ -33,7 +39,7 @@ void InputStatistics::add(const float* rows, int64_t num_rows, int64_t row_cols)
         }
     }
     std::vector<float> outer(size_t(cols * cols));
-    matmul(transposed.data(), transposed.data(), outer.data(), cols, num_rows, cols);
+    matmul_plain(transposed.data(), transposed.data(), outer.data(), cols, num_rows, cols);
     for (size_t k = 0; k < outer.size(); ++k) sum_outer[k] += outer[k];
     num_tokens += num_rows;
 }
