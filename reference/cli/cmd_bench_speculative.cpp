@@ -31,11 +31,11 @@
 #include <map>
 #include <memory>
 
+#include "kernels/common/error.h"
 #include "reference/chat/chat_format.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
 #include "reference/cli/machine_info.h"
-#include "kernels/common/error.h"
 #include "reference/engine/engine.h"
 #include "reference/engine/request_builder.h"
 #include "reference/experiments/serving_metrics.h"
@@ -241,8 +241,8 @@ SpeculativeDrafters load_speculative_drafters(const SpeculativeBenchOptions& opt
                 throw Error("bench speculative: the draft-model drafter needs --draft-model PATH");
             }
             loaded.draft_model = std::make_unique<Model>(Model::load(opts.draft_model_path));
-            loaded.by_name[name] =
-                ModelDrafter::draft_model(*loaded.draft_model, model, num_blocks, block_size, runner);
+            loaded.by_name[name] = ModelDrafter::draft_model(*loaded.draft_model, model, num_blocks,
+                                                             block_size, runner);
         } else if (name != "ngram") {
             throw Error(
                 fmt::format("bench speculative: unknown drafter '{}' (ngram, early-exit, "

@@ -14,10 +14,10 @@
 // servelab_reference_<file> objects). The marker registers the file's path at
 // start-up. Nothing else is compiled with it: a mutant is compiled from a
 // scratch copy with the reference object's command less the marker's flags
-// (tools/labkit/mutate.py), and does not register. A student's file, a planted bug's or a mutant's object
-// is linked in place of the reference object, whose symbols are then already
-// defined, so the linker never pulls the reference object (nor its marker)
-// out of the archive. No registration means no fusion: the safe default.
+// (tools/labkit/mutate.py), and does not register. A student's file, a planted bug's or a mutant's
+// object is linked in place of the reference object, whose symbols are then already defined, so the
+// linker never pulls the reference object (nor its marker) out of the archive. No registration
+// means no fusion: the safe default.
 #pragma once
 
 #include <string_view>

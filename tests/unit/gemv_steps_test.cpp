@@ -39,7 +39,9 @@ std::vector<double> magnitudes(const QuantMatrix& w, const std::vector<float>& x
     return out;
 }
 
-float fp16_at(const uint8_t* bytes) { return fp16_to_float(uint16_t(bytes[0] | bytes[1] << 8)); }
+float fp16_at(const uint8_t* bytes) {
+    return fp16_to_float(uint16_t(bytes[0] | bytes[1] << 8));
+}
 
 // A GEMV that reads the codes another way: code_low(block, j) and
 // code_high(block, j) multiply x at index_low(j) and index_high(j). With the
@@ -73,17 +75,29 @@ std::vector<float> gemv_reading(const QuantMatrix& w, const std::vector<float>& 
     return y;
 }
 
-int low_nibble(const uint8_t* q, int j) { return q[j] & 0x0F; }
-int high_nibble(const uint8_t* q, int j) { return q[j] >> 4; }
+int low_nibble(const uint8_t* q, int j) {
+    return q[j] & 0x0F;
+}
+int high_nibble(const uint8_t* q, int j) {
+    return q[j] >> 4;
+}
 // _mm_srli_epi16 shifts 16-bit lanes: without a mask, the byte 2k keeps the
 // low nibble of byte 2k + 1 in its upper four bits.
 int high_nibble_unmasked(const uint8_t* q, int j) {
     return j % 2 == 0 ? (q[j] >> 4) | ((q[j + 1] & 0x0F) << 4) : q[j] >> 4;
 }
-int same_index(int j) { return j; }
-int plus_16(int j) { return j + 16; }
-int even_index(int j) { return 2 * j; }
-int odd_index(int j) { return 2 * j + 1; }
+int same_index(int j) {
+    return j;
+}
+int plus_16(int j) {
+    return j + 16;
+}
+int even_index(int j) {
+    return 2 * j;
+}
+int odd_index(int j) {
+    return 2 * j + 1;
+}
 
 // Which of the usual mistakes `y` matches, if one does.
 std::string diagnose(const QuantMatrix& w, const std::vector<float>& x, const std::vector<float>& y,
@@ -111,12 +125,16 @@ std::string diagnose(const QuantMatrix& w, const std::vector<float>& x, const st
     if (!unwritten.empty() && full < rows && unwritten.front() == full &&
         unwritten.size() == size_t(rows - full)) {
         return "rows " + std::to_string(full) + ".." + std::to_string(rows - 1) + " of " +
-               std::to_string(rows) + ", the last partial pass (fewer than 4 rows), were never "
+               std::to_string(rows) +
+               ", the last partial pass (fewer than 4 rows), were never "
                "written: there are ceil(rows / kRowsPerPass) passes, and the last one ends at rows";
     }
     if (!unwritten.empty()) {
-        return std::to_string(unwritten.size()) + " rows were never written (still NaN), the "
-               "first " + std::to_string(unwritten.front()) + ": every row must be computed by "
+        return std::to_string(unwritten.size()) +
+               " rows were never written (still NaN), the "
+               "first " +
+               std::to_string(unwritten.front()) +
+               ": every row must be computed by "
                "exactly one pass";
     }
     return "";
@@ -222,7 +240,9 @@ TEST(GemvStep1Unrolled, MatchesPlain) {
     expect_matches_plain(gemv_step1_unrolled, kRowCounts, with_random_cols(101), 1);
 }
 
-TEST(GemvStep1Unrolled, StaysInsideItsArrays) { expect_stays_inside_its_arrays(gemv_step1_unrolled, 1); }
+TEST(GemvStep1Unrolled, StaysInsideItsArrays) {
+    expect_stays_inside_its_arrays(gemv_step1_unrolled, 1);
+}
 
 TEST(GemvStep2Threads, MatchesPlain) {
     expect_matches_plain(gemv_step2_threads, kRowCounts, with_random_cols(102), 2);
@@ -232,13 +252,17 @@ TEST(GemvStep2Threads, MatchesPlainForAnyThreadCount) {
     expect_matches_plain_threaded(gemv_step2_threads, 20);
 }
 
-TEST(GemvStep2Threads, StaysInsideItsArrays) { expect_stays_inside_its_arrays(gemv_step2_threads, 2); }
+TEST(GemvStep2Threads, StaysInsideItsArrays) {
+    expect_stays_inside_its_arrays(gemv_step2_threads, 2);
+}
 
 TEST(GemvStep3Simd, MatchesPlain) {
     expect_matches_plain(gemv_step3_simd, kRowCounts, with_random_cols(103), 3);
 }
 
-TEST(GemvStep3Simd, StaysInsideItsArrays) { expect_stays_inside_its_arrays(gemv_step3_simd, 1); }
+TEST(GemvStep3Simd, StaysInsideItsArrays) {
+    expect_stays_inside_its_arrays(gemv_step3_simd, 1);
+}
 
 TEST(GemvStep4Blocked, MatchesPlain) {
     expect_matches_plain(gemv_step4_blocked, kRowCounts, with_random_cols(104), 4);
@@ -248,7 +272,9 @@ TEST(GemvStep4Blocked, MatchesPlainForAnyThreadCount) {
     expect_matches_plain_threaded(gemv_step4_blocked, 40);
 }
 
-TEST(GemvStep4Blocked, StaysInsideItsArrays) { expect_stays_inside_its_arrays(gemv_step4_blocked, 2); }
+TEST(GemvStep4Blocked, StaysInsideItsArrays) {
+    expect_stays_inside_its_arrays(gemv_step4_blocked, 2);
+}
 
 // The LM head's shape: 49152 rows (SmolLM2's vocabulary) of 576.
 TEST(GemvStep4Blocked, MatchesPlainOnTheHeadShape) {

@@ -137,8 +137,8 @@ TEST(Mla, AbsorbedEqualsNaiveOnRandomData) {
                                view(latents, s.kv_lora_rank), wkv_b.data(), absorbed.data(), s);
         // What scaling the scores by 1/sqrt(kv_lora_rank + rope_dim) would give:
         // the naive form with every query scaled by the ratio of the two scales.
-        const float ratio = std::sqrt(float(s.qk_nope_dim + s.rope_dim) /
-                                      float(s.kv_lora_rank + s.rope_dim));
+        const float ratio =
+            std::sqrt(float(s.qk_nope_dim + s.rope_dim) / float(s.kv_lora_rank + s.rope_dim));
         std::vector<float> q_nope_scaled = q_nope, q_pe_scaled = q_pe;
         for (float& x : q_nope_scaled) x *= ratio;
         for (float& x : q_pe_scaled) x *= ratio;

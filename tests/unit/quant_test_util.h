@@ -23,8 +23,7 @@ struct RandomQ4_1 {
 
 // Random codes; d and m of either sign in ±[scale_step, 100 · scale_step],
 // stored as fp16 in each 20-byte block (d, m, then 16 bytes of codes).
-inline RandomQ4_1 random_q4_1(RandomSource& random, int64_t rows, int64_t cols,
-                              float scale_step) {
+inline RandomQ4_1 random_q4_1(RandomSource& random, int64_t rows, int64_t cols, float scale_step) {
     RandomQ4_1 w;
     const int64_t row_bytes = row_size_bytes(GgmlType::kQ4_1, cols);
     w.bytes.resize(size_t(rows * row_bytes));

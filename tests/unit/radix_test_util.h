@@ -30,8 +30,7 @@ struct Sequence {
 // prefix, computes (allocates) the rest of its full blocks, names them.
 // `block_size` is the cache's tokens per block.
 inline Sequence run_prompt(RadixCache& cache, BlockAllocator& allocator,
-                           const std::vector<TokenId>& tokens,
-                           int64_t block_size = kRadixBlock) {
+                           const std::vector<TokenId>& tokens, int64_t block_size = kRadixBlock) {
     Sequence seq{tokens, {}, kNoPrefixNode};
     const int64_t full = int64_t(tokens.size()) / block_size;
     PrefixMatch hit = cache.match(tokens, full);

@@ -171,8 +171,8 @@ inline ::testing::AssertionResult equal_or_explain(const std::string& what,
         return true;
     };
     if (actual.size() != expected.size()) {
-        return ::testing::AssertionFailure() << what << ": " << actual.size()
-                                             << " values, expected " << expected.size();
+        return ::testing::AssertionFailure()
+               << what << ": " << actual.size() << " values, expected " << expected.size();
     }
     size_t wrong = 0, first = actual.size();
     for (size_t i = 0; i < actual.size(); ++i) {

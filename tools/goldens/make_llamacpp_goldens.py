@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import json
 import pathlib
 import sys
@@ -52,6 +51,8 @@ import sys
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools" / "setup"))
+from fetch_model import sha256_of  # noqa: E402  (the one file hash every golden and download uses)
 DEFAULT_MODEL = ROOT / "data" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_OUT = ROOT / "data" / "golden" / "llamacpp_greedy.json"
 
@@ -97,14 +98,6 @@ def chatml(question: str) -> str:
     return (f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n"
             f"<|im_start|>user\n{question}<|im_end|>\n"
             f"<|im_start|>assistant\n")
-
-
-def sha256_of(path: pathlib.Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def top2(logits: np.ndarray) -> tuple[int, float, float]:
