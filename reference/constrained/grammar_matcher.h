@@ -1,0 +1,62 @@
+// grammar_matcher.h — where a request's output stands in its grammar, and
+// which tokens may come next.
+//
+// Lab 12 (chapter 11.6, constrained decoding). A byte-level pushdown
+// matcher: its state is a set of stacks (several when the grammar is
+// ambiguous so far), each a list of grammar positions — the top is the
+// next element to match, the ones below are where to return when a rule
+// ends. Accepting a byte advances every stack whose top byte set holds it
+// and drops the others; the input is still in the language while any stack
+// survives. A stack that empties means the input so far is a whole sentence.
+//
+// It keeps one state per accepted token, so rollback(n) (speculative
+// decoding's rejected drafts) is a pop, and fork() (parallel sampling)
+// copies the state. The tokens after an end token are refused.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "reference/constrained/compiled_grammar.h"
+#include "reference/constrained/token_bitmask.h"
+
+namespace servelab {
+
+class GrammarMatcher {
+  public:
+    explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar);
+
+    // Takes `token` if the grammar allows it here: its bytes continue the
+    // language, or it is an end token and the output may end here (the
+    // matcher is then terminated). Returns false, changing nothing, otherwise.
+    bool accept_token(TokenId token);
+    // The same for raw bytes (not counted as a token for rollback).
+    bool accept_bytes(std::string_view bytes);
+    // Undoes the last `num_tokens` accepted tokens (at most num_tokens()).
+    void rollback(int32_t num_tokens);
+    // An independent copy (parallel sampling: each completion its own).
+    GrammarMatcher fork() const { return *this; }
+
+    // The tokens allowed next (end tokens included where the output may
+    // end; none once terminated), using the compiled grammar's cache.
+    void fill_next_token_bitmask(TokenBitmask& mask) const;
+    // The same by walking the whole token trie (the plain version).
+    void fill_next_token_bitmask_by_walk(TokenBitmask& mask) const;
+
+    // The output so far is a whole sentence (an end token may come next).
+    bool can_terminate() const;
+    // Nothing more may come: an end token was accepted, or no byte can
+    // follow (the sentence is complete and cannot be extended).
+    bool is_terminated() const;
+    int32_t num_tokens() const;
+
+    const CompiledGrammar& compiled() const { return *grammar_; }
+
+  private:
+    std::shared_ptr<const CompiledGrammar> grammar_;
+    // (The state representation is the implementer's: stacks per accepted token.)
+};
+
+}  // namespace servelab
