@@ -197,7 +197,7 @@ __device__ int64_t last_tied_id(const Row& row, uint32_t key, const Prefix& with
 // Division and multiplication are IEEE-exact here as on the CPU, so the
 // scaled logits, and hence greedy and top-k, match the CPU bit for bit.
 __device__ void scale_logits(const Row& row, const DeviceSample& sample,
-                             const int32_t* penalty_tokens) {
+                             const int32_t* penalty_tokens, const uint64_t* mask_words) {
     const bool greedy = sample.temperature == 0.0f;
     for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads)
         row.scaled[i] = greedy ? row.logits[i] : row.logits[i] / sample.temperature;
@@ -215,6 +215,15 @@ __device__ void scale_logits(const Row& row, const DeviceSample& sample,
         }
     }
     __syncthreads();
+    // A constrained request's grammar mask (Lab 12): what it forbids is -inf,
+    // so no filter below can keep it and its probability is exactly 0.
+    if (sample.mask_offset >= 0) {
+        const uint64_t* mask = mask_words + sample.mask_offset;
+        for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
+            if (((mask[i >> 6] >> (i & 63)) & 1) == 0) row.scaled[i] = -INFINITY;
+        }
+        __syncthreads();
+    }
 }
 
 // The first id with the largest key: argmax, lowest id among ties.
@@ -361,18 +370,21 @@ __device__ int64_t draw_in_vocab_order(const Row& row, const Kept& kept, double 
 
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const float* logits, const DeviceSample* samples, const int32_t* penalty_tokens,
-                  int32_t* out_tokens, int64_t vocab, float* workspace) {
+                  const uint64_t* mask_words, int32_t* out_tokens, int64_t vocab,
+                  float* workspace) {
     __shared__ Scratch scratch;
     const DeviceSample sample = samples[blockIdx.x];
     float* own_workspace = workspace + int64_t(blockIdx.x) * 2 * vocab;
     const Row row{logits + int64_t(sample.logits_row) * vocab, own_workspace, own_workspace + vocab,
                   vocab};
-    scale_logits(row, sample, penalty_tokens);
+    scale_logits(row, sample, penalty_tokens, mask_words);
 
+    // min_key over the tokens the mask left (all, unconstrained): the prefix
+    // of "every token" below must not reach the masked ones.
     uint32_t min_key = UINT32_MAX, max_key = 0;
     for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
         const uint32_t key = order_key(row.scaled[i]);
-        min_key = min(min_key, key);
+        if (row.scaled[i] != -INFINITY) min_key = min(min_key, key);
         max_key = max(max_key, key);
     }
     min_key = block_reduce(min_key, Min{}, scratch);
@@ -401,14 +413,14 @@ int64_t sampling_workspace_floats(int64_t num_samples, int64_t vocab_size) {
 }
 
 void sample_tokens(const float* logits, const DeviceSample* samples, const int32_t* penalty_tokens,
-                   int32_t* out_tokens, int64_t num_samples, int64_t vocab_size, float* workspace,
-                   cudaStream_t stream) {
+                   const uint64_t* mask_words, int32_t* out_tokens, int64_t num_samples,
+                   int64_t vocab_size, float* workspace, cudaStream_t stream) {
     if (num_samples == 0) return;
     if (vocab_size <= 0 || vocab_size > INT32_MAX) {
         throw Error("sample_tokens: vocab_size must be in [1, 2^31)");
     }
     sample_kernel<<<unsigned(num_samples), kThreads, 0, stream>>>(
-        logits, samples, penalty_tokens, out_tokens, vocab_size, workspace);
+        logits, samples, penalty_tokens, mask_words, out_tokens, vocab_size, workspace);
     SERVELAB_CUDA_CHECK(cudaGetLastError());
 }
 

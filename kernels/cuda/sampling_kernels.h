@@ -3,7 +3,7 @@
 //
 // Part of the CUDA backend (issue 7; chapter: decoding strategies). The same
 // pipeline as the CPU Sampler (reference/sampling/sampler.h):
-//   repetition penalty → (temperature 0: argmax) → temperature → top-k
+//   grammar mask → repetition penalty → (temperature 0: argmax) → temperature → top-k
 //   → softmax → top-p → min-p → renormalize → draw
 // so only token ids travel back to the host, never vocab-sized rows. The
 // random draw itself comes from the host: each request's own Sampler draws
@@ -36,15 +36,20 @@ struct DeviceSample {
     int32_t penalty_begin = 0;
     int32_t penalty_end = 0;
     double uniform = 0.0;  // in [0, 1); ignored when greedy
+    // Constrained decoding (Lab 12): the grammar's mask is the vocab bits
+    // from 64-bit word mask_words[mask_offset] on (bit t of the mask: token t
+    // allowed); every other token's logit is -infinity before anything else.
+    // -1 = unconstrained.
+    int64_t mask_offset = -1;
 };
 
 // Floats of scratch sample_tokens needs.
 int64_t sampling_workspace_floats(int64_t num_samples, int64_t vocab_size);
 
-// logits: (rows, vocab_size) fp32; samples, penalty_tokens, out_tokens and
-// workspace are device memory; out_tokens[i] is sample i's token.
+// logits: (rows, vocab_size) fp32; samples, penalty_tokens, mask_words,
+// out_tokens and workspace are device memory; out_tokens[i] is sample i's token.
 void sample_tokens(const float* logits, const DeviceSample* samples, const int32_t* penalty_tokens,
-                   int32_t* out_tokens, int64_t num_samples, int64_t vocab_size, float* workspace,
-                   cudaStream_t stream);
+                   const uint64_t* mask_words, int32_t* out_tokens, int64_t num_samples,
+                   int64_t vocab_size, float* workspace, cudaStream_t stream);
 
 }  // namespace servelab::cuda

@@ -134,6 +134,12 @@ std::vector<GenerationResult> CliGenerator::generate(std::span<const TokenId> pr
         speculation_.apply(own);
         return engine_->generate_parallel(prompt, own, num_completions, on_token);
     }
+    // The grammar's mask and matcher live in the engine's step (Lab 12).
+    if (params.grammar) {
+        throw servelab::Error(
+            "constrained output (--json-schema, --regex, --choice, --grammar) runs on the paged "
+            "engine; drop --no-kv-cache and --kv-layout contiguous");
+    }
     if (gpu_runner_) {  // naive or contiguous decoding on the GPU, one completion at a time
         std::vector<GenerationResult> results;
         for (int i = 0; i < num_completions; ++i) {

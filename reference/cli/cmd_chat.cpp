@@ -22,6 +22,7 @@
 #include "reference/cli/cli_generator.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
+#include "reference/cli/constraint_options.h"
 #include "reference/cli/tensor_parallel_ranks.h"
 #include "reference/engine/generator.h"
 #include "reference/engine/request_builder.h"
@@ -32,6 +33,7 @@ namespace {
 struct ChatOptions {
     ModelOptions model;
     SamplingOptions sampling;
+    ConstraintOptions constraint;
     CacheOptions cache;
     SpeculationOptions speculation;
     TensorParallelOptions tp;
@@ -40,8 +42,8 @@ struct ChatOptions {
 };
 
 std::string reply(const RequestBuilder& builder, CliGenerator& generator,
-                  const SamplingParams& params, const std::vector<ChatMessage>& conversation,
-                  bool print) {
+                  const SamplingParams& params, const ConstraintSpec& constraint,
+                  const std::vector<ChatMessage>& conversation, bool print) {
     // The conversation through the one front door (request_builder.h), as
     // the server's /v1/chat/completions builds it.
     RequestSpec spec;
@@ -49,6 +51,7 @@ std::string reply(const RequestBuilder& builder, CliGenerator& generator,
     spec.messages = conversation;
     spec.params = params;
     spec.max_tokens_given = false;
+    spec.constraint = constraint;  // every reply matches it
     const EngineRequest request = builder.build(spec);
     const std::vector<TokenId>& prompt_ids = request.prompt;
     TokenCallback stream;
@@ -96,14 +99,15 @@ void chat_on_rank(const ChatOptions& opts, const SamplingParams& params, RankCon
     CliGenerator generator(opts.cache, rank.model, rank.runner, {}, opts.speculation,
                            rank.talks_to_user());
     const RequestBuilder builder(rank.model);
+    const ConstraintSpec constraint = opts.constraint.spec();
     std::vector<ChatMessage> conversation;
     if (!opts.system.empty()) conversation.push_back({"system", opts.system});
     for (bool first_turn = true;; first_turn = false) {
         const std::string user_text = next_user_line(opts, rank, first_turn);
         if (user_text.empty()) break;
         conversation.push_back({"user", user_text});
-        conversation.push_back(
-            {"assistant", reply(builder, generator, params, conversation, rank.talks_to_user())});
+        conversation.push_back({"assistant", reply(builder, generator, params, constraint,
+                                                   conversation, rank.talks_to_user())});
     }
 }
 
@@ -121,6 +125,7 @@ void add_chat(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("chat", "chat with the model (its own chat template)");
     opts->model.add_to(*cmd);
     opts->sampling.add_to(*cmd);
+    opts->constraint.add_to(*cmd);
     opts->cache.add_to(*cmd);
     opts->speculation.add_to(*cmd);
     cmd->add_option("--system", opts->system,

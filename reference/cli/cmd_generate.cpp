@@ -19,6 +19,7 @@
 #include "reference/cli/cli_generator.h"
 #include "reference/cli/cli_options.h"
 #include "reference/cli/commands.h"
+#include "reference/cli/constraint_options.h"
 #include "reference/cli/tensor_parallel_ranks.h"
 #include "reference/engine/generator.h"
 #include "reference/engine/request_builder.h"
@@ -77,6 +78,7 @@ nlohmann::json tensor_parallel_report(const RankContext& rank, const CommStats& 
 struct GenerateOptions {
     ModelOptions model;
     SamplingOptions sampling;
+    ConstraintOptions constraint;
     CacheOptions cache;
     SpeculationOptions speculation;
     TensorParallelOptions tp;
@@ -103,6 +105,7 @@ EngineRequest request_of(const GenerateOptions& opts, const SamplingParams& para
     spec.params = params;
     spec.max_tokens_given = false;  // generation stops at the context's end, as it always has
     spec.num_completions = opts.num_completions;
+    spec.constraint = opts.constraint.spec();
     return RequestBuilder(model).build(spec);
 }
 
@@ -173,6 +176,7 @@ void add_generate(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("generate", "generate text from a prompt");
     opts->model.add_to(*cmd);
     opts->sampling.add_to(*cmd);
+    opts->constraint.add_to(*cmd);
     opts->cache.add_to(*cmd);
     opts->speculation.add_to(*cmd);
     opts->tp.add_to(*cmd);

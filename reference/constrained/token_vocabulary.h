@@ -8,6 +8,7 @@
 // constrained request never samples them.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ struct TokenVocabulary {
     std::vector<TokenId> end_tokens;
 
     int32_t size() const { return int32_t(token_bytes.size()); }
+    bool is_end_token(TokenId t) const {
+        return std::find(end_tokens.begin(), end_tokens.end(), t) != end_tokens.end();
+    }
     static TokenVocabulary from_tokenizer(const Tokenizer& tokenizer);
 };
 

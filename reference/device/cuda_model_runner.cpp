@@ -134,6 +134,7 @@ struct CudaModelRunner::Device {
     DeviceBuffer<int32_t> copy_pairs{0};
     DeviceBuffer<cuda::DeviceSample> samples{0};
     DeviceBuffer<int32_t> penalty_tokens{0};
+    DeviceBuffer<uint64_t> mask_words{0};  // constrained samples' grammar masks (Lab 12)
     DeviceBuffer<int32_t> sampled{0};
     DeviceBuffer<float> sampling_workspace{0};
 
@@ -452,6 +453,52 @@ void CudaModelRunner::replay_block_copies(std::span<const BlockCopy> copies, int
     }
 }
 
+namespace {
+
+// The step's samples as the device sampler takes them. Their repetition
+// penalties' ids go to `penalized`, and a constrained sample's grammar mask
+// to `mask_words` (its bitmask's 64-bit words, as TokenBitmask keeps them),
+// uploaded with the rest of the step's sampling inputs.
+std::vector<cuda::DeviceSample> device_samples(const StepBatch& batch, int64_t num_rows,
+                                               int64_t vocab_size, std::vector<int32_t>& penalized,
+                                               std::vector<uint64_t>& mask_words) {
+    std::vector<cuda::DeviceSample> samples;
+    for (const SampleRequest& request : batch.samples) {
+        if (request.row < 0 || request.row >= num_rows) {
+            throw Error(fmt::format("run_step: sample of row {} in a batch of {} chunks",
+                                    request.row, num_rows));
+        }
+        const SamplingParams& p = request.sampler->params();
+        cuda::DeviceSample sample;
+        sample.logits_row = int32_t(request.row);
+        sample.temperature = p.temperature;
+        sample.top_k = p.top_k;
+        sample.top_p = p.top_p;
+        sample.min_p = p.min_p;
+        sample.repetition_penalty = p.repetition_penalty;
+        sample.penalty_begin = int32_t(penalized.size());
+        if (p.repetition_penalty != 1.0f) {
+            penalty_ids(request.history, p.repetition_window, vocab_size, penalized);
+        }
+        sample.penalty_end = int32_t(penalized.size());
+        if (request.allowed != nullptr) {
+            if (request.allowed->size() != vocab_size) {
+                throw Error("run_step: a grammar mask's size is not the vocabulary's");
+            }
+            sample.mask_offset = int64_t(mask_words.size());
+            const auto words = request.allowed->words();
+            mask_words.insert(mask_words.end(), words.begin(), words.end());
+        }
+        // The request's own random stream, drawn exactly when the CPU sampler
+        // would draw (once per non-greedy token).
+        sample.uniform = p.temperature > 0.0f ? request.sampler->next_uniform() : 0.0;
+        samples.push_back(sample);
+    }
+    return samples;
+}
+
+}  // namespace
+
 StepResult CudaModelRunner::run_step(const StepBatch& batch, PagedKvCache& cache) {
     if (!batch.verifications.empty()) {
         throw Error(
@@ -467,42 +514,24 @@ StepResult CudaModelRunner::run_step(const StepBatch& batch, PagedKvCache& cache
         SERVELAB_CUDA_CHECK(cudaStreamSynchronize(d.stream));
         return result;
     }
-    std::vector<cuda::DeviceSample> samples;
     std::vector<int32_t> penalized;
-    for (const SampleRequest& request : batch.samples) {
-        if (request.row < 0 || request.row >= last_num_seqs_) {
-            throw Error(fmt::format("run_step: sample of row {} in a batch of {} chunks",
-                                    request.row, last_num_seqs_));
-        }
-        const SamplingParams& p = request.sampler->params();
-        cuda::DeviceSample sample;
-        sample.logits_row = int32_t(request.row);
-        sample.temperature = p.temperature;
-        sample.top_k = p.top_k;
-        sample.top_p = p.top_p;
-        sample.min_p = p.min_p;
-        sample.repetition_penalty = p.repetition_penalty;
-        sample.penalty_begin = int32_t(penalized.size());
-        if (p.repetition_penalty != 1.0f) {
-            penalty_ids(request.history, p.repetition_window, config_.vocab_size, penalized);
-        }
-        sample.penalty_end = int32_t(penalized.size());
-        // The request's own random stream, drawn exactly when the CPU sampler
-        // would draw (once per non-greedy token).
-        sample.uniform = p.temperature > 0.0f ? request.sampler->next_uniform() : 0.0;
-        samples.push_back(sample);
-    }
+    std::vector<uint64_t> mask_words;
+    const std::vector<cuda::DeviceSample> samples =
+        device_samples(batch, last_num_seqs_, config_.vocab_size, penalized, mask_words);
     const int64_t n = int64_t(samples.size());
     upload_async(d.samples, std::span<const cuda::DeviceSample>(samples), d.stream);
     if (!penalized.empty())
         upload_async(d.penalty_tokens, std::span<const int32_t>(penalized), d.stream);
     ensure_size(d.penalty_tokens, 1);  // a valid pointer even when no sample penalizes
+    if (!mask_words.empty())
+        upload_async(d.mask_words, std::span<const uint64_t>(mask_words), d.stream);
+    ensure_size(d.mask_words, 1);  // and when none is constrained
     ensure_size(d.sampled, size_t(n));
     ensure_size(d.sampling_workspace,
                 size_t(cuda::sampling_workspace_floats(n, config_.vocab_size)));
     cuda::sample_tokens(d.act->logits.data(), d.samples.data(), d.penalty_tokens.data(),
-                        d.sampled.data(), n, config_.vocab_size, d.sampling_workspace.data(),
-                        d.stream);
+                        d.mask_words.data(), d.sampled.data(), n, config_.vocab_size,
+                        d.sampling_workspace.data(), d.stream);
     std::vector<int32_t> ids(size_t(n), 0);
     SERVELAB_CUDA_CHECK(cudaMemcpyAsync(ids.data(), d.sampled.data(), size_t(n) * sizeof(int32_t),
                                         cudaMemcpyDeviceToHost, d.stream));
@@ -527,7 +556,8 @@ void CudaModelRunner::add_logprobs(const StepBatch& batch, StepResult& result) {
                                        d.act->logits.data() + request.row * config_.vocab_size,
                                        row.size() * sizeof(float), cudaMemcpyDeviceToHost));
         result.logprobs.resize(batch.samples.size());
-        result.logprobs[i] = request.sampler->logprobs_of(row, request.history, result.sampled[i]);
+        result.logprobs[i] =
+            request.sampler->logprobs_of(row, request.history, result.sampled[i], request.allowed);
     }
 }
 

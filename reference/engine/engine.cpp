@@ -146,7 +146,8 @@ DraftRound Engine::propose_drafts(StepOutput& out) {
     for (auto& [id, live] : requests_) {
         // A sibling waiting to fork has no sequence of its own to draft after yet.
         if (live->drafter != nullptr && !live->waiting_to_fork) {
-            candidates.push_back({live->request.get(), live->drafter, &live->sampler});
+            candidates.push_back({live->request.get(), live->drafter, &live->sampler,
+                                  live->grammar ? &*live->grammar : nullptr});
         }
     }
     DraftRound round(model_.config.vocab_size, context_length_);
@@ -194,9 +195,10 @@ Engine::StepBatchPlan Engine::build_batch(const SchedulerOutput& scheduled,
         // The prompt's last logits also give each waiting sibling its first token.
         for (int64_t id : live.siblings) {
             Live& sibling = *requests_.at(id);
-            plan.samples.push_back({row, &sibling.sampler, sibling.request->tokens});
+            plan.samples.push_back(
+                {row, &sibling.sampler, sibling.request->tokens, next_token_mask(sibling)});
         }
-        plan.samples.push_back({row, &live.sampler, r.tokens});
+        plan.samples.push_back({row, &live.sampler, r.tokens, next_token_mask(live)});
     }
     return plan;
 }
@@ -210,7 +212,8 @@ void Engine::add_verification(Request& r, const Draft& draft, int64_t row,
     plan.chunks.push_back(
         {StepInput{chunk_tokens, r.kv.num_computed_tokens, LogitsFor::kAllTokens}, &r.kv.table});
     Live& live = *requests_.at(r.id);
-    plan.verifications.push_back({row, &live.sampler, r.tokens, draft.tokens, draft.probs});
+    plan.verifications.push_back(
+        {row, &live.sampler, r.tokens, draft.tokens, draft.probs, draft_masks(live, draft.tokens)});
     out.num_drafted_tokens += int64_t(draft.tokens.size());
     plan.first_sample.push_back(-1);
 }

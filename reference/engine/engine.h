@@ -237,6 +237,19 @@ class Engine {
     void end_step(StepOutput& out);
     int64_t num_kv_blocks_used() { return kv_.cache().num_blocks() - kv_.num_available_blocks(); }
 
+    // Constrained decoding (Lab 12; engine_grammar.cpp). The mask of the
+    // tokens `live`'s grammar allows next (null when unconstrained), kept in
+    // live.masks for the runner to read during the step.
+    const TokenBitmask* next_token_mask(Live& live);
+    // The K+1 masks a verification of `drafts` draws under: after the
+    // request's tokens, then after each draft (the drafts are grammar-valid:
+    // DraftRound cut them). The matcher is left as it was. Empty when unconstrained.
+    std::span<const TokenBitmask> draft_masks(Live& live, std::span<const TokenId> drafts);
+    // After `live` accepted a token: whether its grammar is done (an end
+    // token, or a sentence nothing can extend). Throws servelab::Error when
+    // the token breaks the grammar (a runner that ignored the mask).
+    bool grammar_finished(Live& live, TokenId token);
+
     // What a request does with its tokens (engine_output.cpp).
     // Appends `token` (and its logprobs, when `live` asked for them) to
     // `live`, streams it, and finishes `live` if it is done. Returns true

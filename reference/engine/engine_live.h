@@ -27,7 +27,9 @@ struct Engine::Live {
           stop(tokenizer, request->params),
           on_token(std::move(callback)),
           arrival(arrival),
-          last_token(arrival) {}
+          last_token(arrival) {
+        if (request->params.grammar) grammar.emplace(request->params.grammar);
+    }
 
     // On the heap, and never null while the Live exists, except after
     // finish() handed it to static batching as a padding row (StaticPadding),
@@ -45,6 +47,12 @@ struct Engine::Live {
     std::vector<int64_t> siblings;
     bool waiting_to_fork = false;
     Drafter* drafter = nullptr;  // speculative decoding only
+    // Constrained decoding (Lab 12): where the output stands in the
+    // request's grammar, advanced by every token the request accepts, and
+    // the masks this step's sample (masks[0]) or verification (one per
+    // position) draws under. The runner reads the masks during the step.
+    std::optional<GrammarMatcher> grammar;
+    std::vector<TokenBitmask> masks;
 };
 
 inline double ms_between(Engine::Clock::time_point from, Engine::Clock::time_point to) {

@@ -23,6 +23,12 @@ bool Engine::accept_token(Live& live, TokenId token, const std::optional<Sampled
 
     std::string piece;
     std::optional<FinishReason> finished = live.stop.push(token, piece);
+    // A constrained request's output is a whole sentence that nothing may
+    // extend: it stops there, as it would at an end-of-generation token.
+    if (grammar_finished(live, token) && !finished) {
+        piece += live.stop.finish();
+        finished = FinishReason::kStop;
+    }
     // The sequence is full: no position is left for another token.
     if (!finished && int64_t(r.tokens.size()) >= context_length_) {
         piece += live.stop.finish();

@@ -173,12 +173,14 @@ void ModelRunner::draw_sample(const SampleRequest& sample, const StepBatch& batc
     // A copy: the sampler edits it, and siblings share the row.
     sample_row_.assign(first, first + std::ptrdiff_t(vocab_size));
     if (sample.sampler->params().logprobs < 0) {
-        result.sampled.push_back(sample.sampler->sample(sample_row_, sample.history));
+        result.sampled.push_back(
+            sample.sampler->sample(sample_row_, sample.history, nullptr, sample.allowed));
         return;
     }
     result.logprobs.resize(batch.samples.size());
     SampledLogprobs& logprobs = result.logprobs[result.sampled.size()].emplace();
-    result.sampled.push_back(sample.sampler->sample(sample_row_, sample.history, &logprobs));
+    result.sampled.push_back(
+        sample.sampler->sample(sample_row_, sample.history, &logprobs, sample.allowed));
 }
 
 // The chunk's last K + 1 rows are the target's distributions at the K
@@ -195,7 +197,7 @@ Verification ModelRunner::verify(const VerifyRequest& request, const StepBatch& 
     const size_t first_row = row_ends_[size_t(request.row)] - rows;
     return verify_drafts(*request.sampler, request.history, request.drafts, request.draft_probs,
                          logits.subspan(first_row * vocab_size, rows * vocab_size),
-                         config_.vocab_size);
+                         config_.vocab_size, request.allowed);
 }
 
 // Every rank computed the same logits and drew with the same seeds, so the

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "reference/constrained/json_schema_grammar.h"
+
 namespace servelab {
 
 RequestBuilder::RequestBuilder(const Model& model, RequestBuilderOptions options)
@@ -96,8 +98,31 @@ EngineRequest RequestBuilder::build(const RequestSpec& spec) const {
         request.params.num_speculative_tokens = options_.num_speculative_tokens;
         request.params.drafter = options_.drafter;
     }
+    if (!spec.constraint.empty()) request.params.grammar = compile(spec.constraint);
     request.params.validate();
     return request;
+}
+
+GrammarCache& RequestBuilder::grammars() const {
+    std::call_once(grammars_made_, [this] {
+        grammars_ =
+            std::make_unique<GrammarCache>(std::make_shared<const TokenVocabulary>(
+                                               TokenVocabulary::from_tokenizer(model_.tokenizer)),
+                                           options_.grammar);
+    });
+    return *grammars_;
+}
+
+std::shared_ptr<const CompiledGrammar> RequestBuilder::compile(
+    const ConstraintSpec& constraint) const {
+    const std::string param = constraint.param.empty() ? "response_format" : constraint.param;
+    try {
+        return grammars().get(constraint);
+    } catch (const SchemaError& e) {
+        throw RequestError(e.what(), param, "unsupported_schema");
+    } catch (const GrammarError& e) {
+        throw RequestError(e.what(), param, "invalid_grammar");
+    }
 }
 
 }  // namespace servelab

@@ -18,9 +18,12 @@
 //   - n completions are one engine request with n choices, seeded
 //     seed + i (completion_params), the prompt computed once;
 //   - the front end's speculative decoding applies to every request that
-//     does not ask for logprobs.
+//     does not ask for logprobs;
+//   - a constrained request's grammar (Lab 12) is compiled for the model's
+//     vocabulary once per constraint text (GrammarCache) and shared.
 #pragma once
 
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -29,6 +32,8 @@
 #include "kernels/common/error.h"
 #include "reference/chat/chat_format.h"
 #include "reference/chat/chat_template.h"
+#include "reference/constrained/constraint_spec.h"
+#include "reference/constrained/grammar_cache.h"
 #include "reference/model/model.h"
 #include "reference/sampling/sampling_params.h"
 
@@ -45,6 +50,9 @@ struct RequestSpec {
     // false: params.max_tokens is only a default, cut to what the context leaves.
     bool max_tokens_given = true;
     int num_completions = 1;
+    // What the output must match (Lab 12); empty = unconstrained. Compiled
+    // into params.grammar by build().
+    ConstraintSpec constraint;
 };
 
 // What the engine runs: Engine::add_parallel_request(prompt, params, n).
@@ -79,6 +87,8 @@ struct RequestBuilderOptions {
     // The longest request, prompt and output together (capped_context_length:
     // 0 = the model's context). Give it the engine's SchedulerConfig value.
     int64_t max_model_len = 0;
+    // How constraints compile (the time limit past which one is refused).
+    GrammarCompileOptions grammar;
 };
 
 class RequestBuilder {
@@ -101,6 +111,12 @@ class RequestBuilder {
     // The longest request it builds, prompt and output together.
     int64_t context_length() const { return context_length_; }
 
+    // The compiled grammar of `constraint`, from the cache. Throws
+    // RequestError naming constraint.param when it cannot be compiled.
+    std::shared_ptr<const CompiledGrammar> compile(const ConstraintSpec& constraint) const;
+    // The grammar cache (made at the first constrained request).
+    GrammarCache& grammars() const;
+
   private:
     const Model& model_;
     RequestBuilderOptions options_;
@@ -108,6 +124,8 @@ class RequestBuilder {
     std::optional<ChatTemplate> chat_template_;
     std::string fallback_reason_;  // why there is none (warned at the first chat)
     mutable std::once_flag fallback_warned_;
+    mutable std::once_flag grammars_made_;
+    mutable std::unique_ptr<GrammarCache> grammars_;
 };
 
 }  // namespace servelab

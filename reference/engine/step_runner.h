@@ -33,6 +33,9 @@ struct SampleRequest {
     int64_t row = 0;
     Sampler* sampler = nullptr;
     std::span<const TokenId> history;  // the request's tokens so far (repetition penalty)
+    // A constrained request's grammar mask (Lab 12): the tokens its grammar
+    // allows next, applied before anything else (Sampler::sample); null = all.
+    const TokenBitmask* allowed = nullptr;
 };
 
 // Speculative decoding (Lab 6): chunk `row` is [last token, d_1..d_K] with
@@ -46,6 +49,10 @@ struct VerifyRequest {
     std::span<const TokenId> drafts;     // d_1..d_K
     std::span<const float> draft_probs;  // (K, vocab) the q_i they were drawn from; empty:
                                          // point masses (a deterministic drafter, or greedy)
+    // A constrained request (Lab 12): the grammar's mask at each of the K+1
+    // positions (after history + d_1..d_i), so p_i is exactly what the
+    // request would sample from there; empty = unconstrained.
+    std::span<const TokenBitmask> allowed;
 };
 
 struct StepBatch {

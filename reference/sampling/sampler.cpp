@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "kernels/common/error.h"
+
 namespace servelab {
 
 void apply_repetition_penalty(std::span<float> logits, std::span<const TokenId> history,
@@ -46,8 +48,12 @@ void apply_logit_bias(std::span<float> logits,
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
-void Sampler::adjust_logits(std::span<float> logits, std::span<const TokenId> history) {
+void Sampler::adjust_logits(std::span<float> logits, std::span<const TokenId> history,
+                            const TokenBitmask* allowed) {
     if (!prompt_length_) prompt_length_ = history.size();
+    // The mask first: a penalty or a bias must never revive a token the
+    // grammar forbids (-infinity stays -infinity under all of them).
+    if (allowed != nullptr) allowed->apply(logits);
     apply_repetition_penalty(logits, history, params_.repetition_penalty,
                              params_.repetition_window);
     const size_t generated_from = std::min(*prompt_length_, history.size());
@@ -61,8 +67,8 @@ double Sampler::next_uniform() {
 }
 
 TokenId Sampler::sample(std::span<float> logits, std::span<const TokenId> history,
-                        SampledLogprobs* logprobs) {
-    adjust_logits(logits, history);
+                        SampledLogprobs* logprobs, const TokenBitmask* allowed) {
+    adjust_logits(logits, history, allowed);
     TokenId chosen = 0;
     if (params_.temperature == 0.0f) {
         chosen = argmax(logits);
@@ -86,8 +92,8 @@ TokenId Sampler::sample(std::span<float> logits, std::span<const TokenId> histor
 }
 
 SampledLogprobs Sampler::logprobs_of(std::span<float> logits, std::span<const TokenId> history,
-                                     TokenId chosen) {
-    adjust_logits(logits, history);
+                                     TokenId chosen, const TokenBitmask* allowed) {
+    adjust_logits(logits, history, allowed);
     if (params_.temperature > 0.0f) keep_candidates(logits);
     SampledLogprobs out;
     describe(logits, chosen, out);
@@ -119,8 +125,8 @@ void Sampler::describe(std::span<const float> logits, TokenId chosen, SampledLog
 }
 
 void Sampler::distribution(std::span<float> logits, std::span<const TokenId> history,
-                           std::vector<float>& probs) {
-    adjust_logits(logits, history);
+                           std::vector<float>& probs, const TokenBitmask* allowed) {
+    adjust_logits(logits, history, allowed);
     probs.assign(logits.size(), 0.0f);
     if (params_.temperature == 0.0f) {
         probs[size_t(argmax(logits))] = 1.0f;
@@ -135,8 +141,12 @@ void Sampler::distribution(std::span<float> logits, std::span<const TokenId> his
 void Sampler::keep_candidates(std::span<const float> logits) {
     candidates_.clear();
     for (size_t i = 0; i < logits.size(); ++i) {
+        // A token the grammar masked is no candidate at all: with probability
+        // 0 it must not even be the draw's fallback at the very end.
+        if (logits[i] == -std::numeric_limits<float>::infinity()) continue;
         candidates_.push_back({logits[i] / params_.temperature, TokenId(i)});
     }
+    if (candidates_.empty()) throw Error("sample: the grammar's mask allows no token");
     keep_top_k(candidates_, params_.top_k);  // also sorts, most likely first
 
     // Softmax over the survivors (max first, so exp never overflows).

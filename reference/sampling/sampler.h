@@ -1,8 +1,9 @@
 // sampler.h — pick the next token from a row of logits.
 //
 // Part of sampling (all labs; chapter: decoding strategies). The order is the
-// usual one (as in HF transformers and llama.cpp's defaults):
-//   repetition penalty → presence/frequency penalties → logit bias
+// usual one (as in HF transformers and llama.cpp's defaults), after the
+// grammar's mask when the request is constrained (Lab 12):
+//   grammar mask → repetition penalty → presence/frequency penalties → logit bias
 //   → (temperature 0: argmax) → temperature → top-k → softmax → top-p
 //   → min-p → renormalize → draw
 // Each request owns a Sampler, so its random stream depends only on its own
@@ -16,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "reference/constrained/token_bitmask.h"
 #include "reference/sampling/sampling_filters.h"
 #include "reference/sampling/sampling_params.h"
 #include "reference/sampling/token_logprobs.h"
@@ -26,18 +28,21 @@ class Sampler {
   public:
     explicit Sampler(const SamplingParams& params);
 
-    // `logits` (vocab) is modified in place (penalty, temperature).
+    // `logits` (vocab) is modified in place (mask, penalty, temperature).
     // `history` is the sequence so far (prompt + generated), for the penalty.
     // With `logprobs`, also says how likely the token was and names the
     // params().logprobs most likely tokens (token_logprobs.h).
+    // With `allowed` (a constrained request's grammar mask, Lab 12), every
+    // other token's logit becomes -infinity first, so no later step can
+    // bring it back; the mask must allow at least one token.
     TokenId sample(std::span<float> logits, std::span<const TokenId> history,
-                   SampledLogprobs* logprobs = nullptr);
+                   SampledLogprobs* logprobs = nullptr, const TokenBitmask* allowed = nullptr);
 
     // The same numbers for a token drawn elsewhere (the GPU draws on the
     // device): `chosen` under the distribution sample() would draw from.
     // Draws nothing from the random stream; `logits` is modified as by sample().
     SampledLogprobs logprobs_of(std::span<float> logits, std::span<const TokenId> history,
-                                TokenId chosen);
+                                TokenId chosen, const TokenBitmask* allowed = nullptr);
 
     // The distribution sample() draws from, over the whole vocabulary:
     // `probs[t]` is token t's probability after every filter, renormalized
@@ -45,7 +50,7 @@ class Sampler {
     // the random stream. Speculative decoding (Lab 6) verifies drafts against
     // exactly this distribution. `logits` is modified as by sample().
     void distribution(std::span<float> logits, std::span<const TokenId> history,
-                      std::vector<float>& probs);
+                      std::vector<float>& probs, const TokenBitmask* allowed = nullptr);
 
     // A uniform draw in [0, 1) from 53 random bits: the same on every
     // platform, unlike std::uniform_real_distribution.
@@ -54,10 +59,11 @@ class Sampler {
     const SamplingParams& params() const { return params_; }
 
   private:
-    // The penalties and the bias, before any filter. The first call's
-    // history is the prompt (a request samples its first token right after
-    // it), so its length says where the generated tokens begin.
-    void adjust_logits(std::span<float> logits, std::span<const TokenId> history);
+    // The grammar's mask, the penalties and the bias, before any filter. The
+    // first call's history is the prompt (a request samples its first token
+    // right after it), so its length says where the generated tokens begin.
+    void adjust_logits(std::span<float> logits, std::span<const TokenId> history,
+                       const TokenBitmask* allowed);
 
     // Temperature, top-k, softmax, top-p and min-p: candidates_ becomes the
     // tokens kept, most likely first, with their probabilities (not yet

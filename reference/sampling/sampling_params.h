@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "reference/constrained/compiled_grammar.h"
 #include "reference/model/tokenizer.h"
 
 namespace servelab {
@@ -54,6 +56,12 @@ struct SamplingParams {
     // without speculation (the verifier reports accept/reject verdicts, not
     // distributions).
     int32_t logprobs = -1;
+    // Constrained decoding (Lab 12): the output must be a sentence of this
+    // grammar (a JSON schema's, a regex's, ...), compiled for the model's
+    // vocabulary; null = unconstrained. Shared and immutable: the n
+    // completions of a request, and every request with the same constraint
+    // (GrammarCache), read one. Each request walks it with a matcher of its own.
+    std::shared_ptr<const CompiledGrammar> grammar;
 
     // Throws servelab::Error naming the first out-of-range field.
     void validate() const;

@@ -1,6 +1,8 @@
 // openai_protocol.cpp — see openai_protocol.h.
 #include "reference/server/openai_protocol.h"
 
+#include "reference/server/structured_output_request.h"
+
 #include <fmt/format.h>
 
 #include <charconv>
@@ -263,6 +265,7 @@ ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const Protoc
     if (request.return_token_ids && request.stream) {
         refuse("return_token_ids", "'return_token_ids' is supported only without 'stream'");
     }
+    request.constraint = parse_constraint(body);
     try {
         p.validate();
     } catch (const Error& e) {

@@ -25,6 +25,7 @@
 
 #include "kernels/common/error.h"
 #include "reference/chat/chat_format.h"
+#include "reference/constrained/constraint_spec.h"
 #include "reference/sampling/sampling_params.h"
 #include "reference/sampling/token_logprobs.h"
 
@@ -71,6 +72,8 @@ struct ApiRequest {
     bool stream = false;
     bool include_usage = false;     // stream_options.include_usage
     bool return_token_ids = false;  // extension: prompt_token_ids and each choice's token_ids
+    // What the output must match (structured_output_request.h); empty = free text.
+    ConstraintSpec constraint;
 };
 
 // The body's "model", which must be one of `served_model_names`: a server of

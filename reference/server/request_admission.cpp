@@ -41,6 +41,7 @@ RequestSpec spec_of(const ApiRequest& request) {
     spec.params = request.params;
     spec.max_tokens_given = request.max_tokens_given;
     spec.num_completions = request.n;
+    spec.constraint = request.constraint;
     return spec;
 }
 

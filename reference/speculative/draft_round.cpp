@@ -41,13 +41,31 @@ void DraftRound::propose(const std::map<std::string, Drafter*>& drafters,
         std::vector<Draft> proposed = drafter->propose(asks);
         check_drafts(name, asks, proposed);
         for (size_t j = 0; j < asks.size(); ++j) {
-            if (proposed[j].tokens.empty()) continue;
             Request& request = *askers[j]->request;
+            if (askers[j]->grammar != nullptr && !proposed[j].tokens.empty()) {
+                cut_to_grammar(proposed[j], *askers[j]->grammar);
+                // Nothing left to verify: the drafter forgets the whole draft.
+                if (proposed[j].tokens.empty()) {
+                    drafter->rollback(request.id, int64_t(request.tokens.size()));
+                }
+            }
+            if (proposed[j].tokens.empty()) continue;
             request.num_drafts_ready = int64_t(proposed[j].tokens.size());
             ready_[request.id] = {std::move(proposed[j]), &request, drafter};
         }
     }
     draft_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+void DraftRound::cut_to_grammar(Draft& draft, GrammarMatcher& grammar) const {
+    int32_t num_valid = 0;
+    while (size_t(num_valid) < draft.tokens.size() &&
+           grammar.accept_token(draft.tokens[size_t(num_valid)])) {
+        ++num_valid;
+    }
+    grammar.rollback(num_valid);
+    draft.tokens.resize(size_t(num_valid));
+    if (!draft.probs.empty()) draft.probs.resize(size_t(num_valid * vocab_size_));
 }
 
 void DraftRound::check_drafts(const std::string& drafter_name, std::span<const DraftRequest> asks,

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "reference/constrained/grammar_matcher.h"
 #include "reference/kv/kv_block_manager.h"
 #include "reference/sampling/sampler.h"
 #include "reference/scheduler/request.h"
@@ -35,12 +36,14 @@
 namespace servelab {
 
 // A request that speculates (SamplingParams::num_speculative_tokens > 0),
-// with the drafter it named and its own Sampler (its random stream draws a
-// model drafter's drafts). All three must outlive the round.
+// with the drafter it named, its own Sampler (its random stream draws a
+// model drafter's drafts) and, when it is constrained (Lab 12), its grammar
+// matcher. All must outlive the round.
 struct DraftCandidate {
     Request* request = nullptr;
     Drafter* drafter = nullptr;
     Sampler* sampler = nullptr;
+    GrammarMatcher* grammar = nullptr;
 };
 
 // How many drafts `request` could use this step: 0 unless it is running and
@@ -60,7 +63,10 @@ class DraftRound {
     // once for the drafts of its candidates with draft room, in order; each
     // request's num_drafts_ready says how many it got. Throws
     // servelab::Error naming the drafter when one returns the wrong number
-    // of drafts, too many tokens, or probabilities of the wrong size.
+    // of drafts, too many tokens, or probabilities of the wrong size. A
+    // constrained request's draft is cut before its first token the grammar
+    // refuses (checked on its matcher, then rolled back): a slot for a token
+    // the target can never sample would be wasted.
     void propose(const std::map<std::string, Drafter*>& drafters,
                  std::span<const DraftCandidate> candidates);
     // The drafters' time in propose().
@@ -80,6 +86,9 @@ class DraftRound {
         Request* request = nullptr;
         Drafter* drafter = nullptr;
     };
+    // The longest prefix of `draft` that `grammar` accepts after the
+    // request's tokens; the matcher is left as it was.
+    void cut_to_grammar(Draft& draft, GrammarMatcher& grammar) const;
     // Throws unless `proposed` is one well-formed draft per ask.
     void check_drafts(const std::string& drafter_name, std::span<const DraftRequest> asks,
                       std::span<const Draft> proposed) const;

@@ -25,15 +25,21 @@ std::vector<float> point_mass_rows(std::span<const TokenId> drafts, int64_t voca
 
 Verification verify_drafts(Sampler& sampler, std::span<const TokenId> history,
                            std::span<const TokenId> drafts, std::span<const float> draft_probs,
-                           std::span<const float> target_logits, int64_t vocab_size) {
+                           std::span<const float> target_logits, int64_t vocab_size,
+                           std::span<const TokenBitmask> allowed) {
     const size_t vocab = size_t(vocab_size);
     const size_t num_rows = drafts.size() + 1;
     if (vocab_size < 1 || target_logits.size() != num_rows * vocab) {
         throw Error(fmt::format("verify: {} drafts need {} rows of target logits", drafts.size(),
                                 num_rows));
     }
+    if (!allowed.empty() && allowed.size() != num_rows) {
+        throw Error(fmt::format("verify: {} drafts need {} grammar masks, got {}", drafts.size(),
+                                num_rows, allowed.size()));
+    }
     // p_i, as the Sampler would draw at position i: the penalty sees the
-    // drafts before it, exactly as it would have seen them as real tokens.
+    // drafts before it, exactly as it would have seen them as real tokens,
+    // and a constrained request's mask is its grammar's after them.
     std::vector<float> target_probs(num_rows * vocab);
     std::vector<float> row(vocab);
     std::vector<float> row_probs;
@@ -41,7 +47,7 @@ Verification verify_drafts(Sampler& sampler, std::span<const TokenId> history,
     for (size_t i = 0; i < num_rows; ++i) {
         row.assign(target_logits.begin() + std::ptrdiff_t(i * vocab),
                    target_logits.begin() + std::ptrdiff_t((i + 1) * vocab));
-        sampler.distribution(row, seen, row_probs);
+        sampler.distribution(row, seen, row_probs, allowed.empty() ? nullptr : &allowed[i]);
         std::copy(row_probs.begin(), row_probs.end(),
                   target_probs.begin() + std::ptrdiff_t(i * vocab));
         if (i < drafts.size()) seen.push_back(drafts[i]);

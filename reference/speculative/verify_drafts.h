@@ -23,10 +23,12 @@ namespace servelab {
 
 // target_logits: (K+1, vocab) raw logits, row i after history + d_1..d_i.
 // draft_probs: (K, vocab) the draft's q_i, or empty when each draft was a
-// point mass (an n-gram guess, or any greedy draft). Throws servelab::Error
-// for mismatched sizes.
+// point mass (an n-gram guess, or any greedy draft). allowed: a constrained
+// request's K+1 grammar masks, row i's after d_1..d_i (empty: none). Throws
+// servelab::Error for mismatched sizes.
 Verification verify_drafts(Sampler& sampler, std::span<const TokenId> history,
                            std::span<const TokenId> drafts, std::span<const float> draft_probs,
-                           std::span<const float> target_logits, int64_t vocab_size);
+                           std::span<const float> target_logits, int64_t vocab_size,
+                           std::span<const TokenBitmask> allowed = {});
 
 }  // namespace servelab

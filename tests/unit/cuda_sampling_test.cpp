@@ -51,6 +51,7 @@ struct Batch {
     std::vector<float> logits;  // rows × vocab
     std::vector<DeviceSample> samples;
     std::vector<int32_t> penalty_tokens;  // samples index ranges of this
+    std::vector<uint64_t> mask_words;     // constrained samples' grammar masks (mask_offset)
 
     std::span<const float> row(int32_t r) const {
         return {logits.data() + int64_t(r) * vocab, size_t(vocab)};
@@ -204,10 +205,14 @@ std::vector<int32_t> sample_on_gpu(const Batch& batch) {
     cuda::DeviceBuffer<float> workspace(
         static_cast<size_t>(cuda::sampling_workspace_floats(int64_t(n), batch.vocab)));
     workspace.fill_bytes(0xFF);
+    std::vector<uint64_t> mask_words = batch.mask_words;
+    mask_words.push_back(0);  // never read; keeps the buffer non-empty
+    cuda::DeviceBuffer<uint64_t> masks(mask_words.size());
+    masks.upload(mask_words);
     cuda::DeviceBuffer<int32_t> out(n);
     out.fill_bytes(0xFF);
-    cuda::sample_tokens(logits.data(), samples.data(), penalties.data(), out.data(), int64_t(n),
-                        batch.vocab, workspace.data(), 0);
+    cuda::sample_tokens(logits.data(), samples.data(), penalties.data(), masks.data(), out.data(),
+                        int64_t(n), batch.vocab, workspace.data(), 0);
     return out.download();
 }
 
@@ -470,3 +475,42 @@ TEST_F(CudaSampling, DrawsFollowTheFilteredDistribution) {
 }  // namespace
 }  // namespace servelab
 #endif
+
+// Constrained decoding (Lab 12): a grammar mask leaves only its tokens. Greedy
+// picks the best allowed token (the CPU Sampler's choice under the same
+// mask), and a draw at any uniform, through every filter, is an allowed token.
+TEST_F(CudaSampling, AGrammarMaskLeavesOnlyItsTokens) {
+    SCOPED_TRACE(random_.trace());
+    for (const int64_t vocab : {int64_t(7), int64_t(200), int64_t(50000)}) {
+        Batch batch;
+        batch.vocab = vocab;
+        batch.logits = logits_row(vocab, 3.0f, /*with_ties=*/false);
+        TokenBitmask mask(int32_t(vocab));
+        for (int64_t t = 0; t < vocab; ++t) {
+            if (random_.engine()() % 3 == 0) mask.set(TokenId(t));
+        }
+        mask.set(TokenId(vocab - 1));  // never empty
+        batch.mask_words.assign(mask.words().begin(), mask.words().end());
+        for (const double u : kUniforms) {
+            for (const float temperature : {0.0f, 0.7f, 1.5f}) {
+                DeviceSample s = make_sample(0, temperature, u);
+                s.mask_offset = 0;
+                s.top_k = temperature > 1.0f ? 3 : 0;
+                s.top_p = temperature > 1.0f ? 0.9f : 1.0f;
+                batch.samples.push_back(s);
+            }
+        }
+        const std::vector<int32_t> tokens = sample_on_gpu(batch);
+        std::vector<float> cpu_row(batch.logits.begin(), batch.logits.end());
+        const TokenId cpu_greedy = Sampler(SamplingParams{}).sample(cpu_row, {}, nullptr, &mask);
+        for (size_t i = 0; i < tokens.size(); ++i) {
+            EXPECT_TRUE(mask.test(tokens[i]))
+                << "vocab " << vocab << ": " << describe(batch.samples[i]) << " drew token "
+                << tokens[i] << ", which the grammar mask forbids";
+            if (batch.samples[i].temperature == 0.0f) {
+                EXPECT_EQ(tokens[i], cpu_greedy) << "greedy under a mask must pick the best "
+                                                    "allowed token, as the CPU Sampler does";
+            }
+        }
+    }
+}

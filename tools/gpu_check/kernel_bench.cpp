@@ -301,11 +301,12 @@ int main(int argc, char** argv) {
         cuda::DeviceBuffer<cuda::DeviceSample> samples_gpu(samples.size());
         samples_gpu.upload(samples);
         cuda::DeviceBuffer<int32_t> penalty(1), out(static_cast<size_t>(rows));
+        cuda::DeviceBuffer<uint64_t> masks(1);  // no sample is constrained
         cuda::DeviceBuffer<float> workspace(
             static_cast<size_t>(cuda::sampling_workspace_floats(rows, vocab)));
         const double ms = median_ms([&] {
-            cuda::sample_tokens(logits.data(), samples_gpu.data(), penalty.data(), out.data(), rows,
-                                vocab, workspace.data(), 0);
+            cuda::sample_tokens(logits.data(), samples_gpu.data(), penalty.data(), masks.data(),
+                                out.data(), rows, vocab, workspace.data(), 0);
         });
         row("sample top-k/top-p", "64 x 128000 fp32", ms, 4.0 * rows * vocab / (ms / 1e3) / GB,
             "GB/s", copy_gbs);
