@@ -196,9 +196,9 @@ Engine::StepBatchPlan Engine::build_batch(const SchedulerOutput& scheduled,
         for (int64_t id : live.siblings) {
             Live& sibling = *requests_.at(id);
             plan.samples.push_back(
-                {row, &sibling.sampler, sibling.request->tokens, next_token_mask(sibling)});
+                {row, &sibling.sampler, sibling.request->tokens, next_token_mask(sibling, out)});
         }
-        plan.samples.push_back({row, &live.sampler, r.tokens, next_token_mask(live)});
+        plan.samples.push_back({row, &live.sampler, r.tokens, next_token_mask(live, out)});
     }
     return plan;
 }
@@ -212,8 +212,8 @@ void Engine::add_verification(Request& r, const Draft& draft, int64_t row,
     plan.chunks.push_back(
         {StepInput{chunk_tokens, r.kv.num_computed_tokens, LogitsFor::kAllTokens}, &r.kv.table});
     Live& live = *requests_.at(r.id);
-    plan.verifications.push_back(
-        {row, &live.sampler, r.tokens, draft.tokens, draft.probs, draft_masks(live, draft.tokens)});
+    plan.verifications.push_back({row, &live.sampler, r.tokens, draft.tokens, draft.probs,
+                                  draft_masks(live, draft.tokens, out)});
     out.num_drafted_tokens += int64_t(draft.tokens.size());
     plan.first_sample.push_back(-1);
 }

@@ -124,6 +124,9 @@ struct StepOutput {
     int64_t num_drafted_tokens = 0;
     int64_t num_accepted_tokens = 0;
     double draft_ms = 0.0;
+    // Constrained decoding (Lab 12): the time each grammar mask of this
+    // step took to compute, in microseconds, one entry per mask.
+    std::vector<double> grammar_mask_us;
 };
 
 class Engine {
@@ -240,11 +243,12 @@ class Engine {
     // Constrained decoding (Lab 12; engine_grammar.cpp). The mask of the
     // tokens `live`'s grammar allows next (null when unconstrained), kept in
     // live.masks for the runner to read during the step.
-    const TokenBitmask* next_token_mask(Live& live);
+    const TokenBitmask* next_token_mask(Live& live, StepOutput& out);
     // The K+1 masks a verification of `drafts` draws under: after the
     // request's tokens, then after each draft (the drafts are grammar-valid:
     // DraftRound cut them). The matcher is left as it was. Empty when unconstrained.
-    std::span<const TokenBitmask> draft_masks(Live& live, std::span<const TokenId> drafts);
+    std::span<const TokenBitmask> draft_masks(Live& live, std::span<const TokenId> drafts,
+                                              StepOutput& out);
     // After `live` accepted a token: whether its grammar is done (an end
     // token, or a sentence nothing can extend). Throws servelab::Error when
     // the token breaks the grammar (a runner that ignored the mask).

@@ -12,16 +12,30 @@
 // it is; parallel sampling's siblings each start their own at the prompt.
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "reference/engine/engine.h"
 #include "reference/engine/engine_live.h"
 
 namespace servelab {
 
-const TokenBitmask* Engine::next_token_mask(Live& live) {
+namespace {
+
+// Fills `mask` from `matcher`, timed into the step's output.
+void fill_mask(const GrammarMatcher& matcher, TokenBitmask& mask, StepOutput& out) {
+    const auto start = std::chrono::steady_clock::now();
+    matcher.fill_next_token_bitmask(mask);
+    const auto end = std::chrono::steady_clock::now();
+    out.grammar_mask_us.push_back(std::chrono::duration<double, std::micro>(end - start).count());
+}
+
+}  // namespace
+
+const TokenBitmask* Engine::next_token_mask(Live& live, StepOutput& out) {
     if (!live.grammar) return nullptr;
     live.masks.resize(1, TokenBitmask(model_.config.vocab_size));
     TokenBitmask& mask = live.masks[0];
-    live.grammar->fill_next_token_bitmask(mask);
+    fill_mask(*live.grammar, mask, out);
     // A language whose next byte no token spells (a vocabulary without byte
     // tokens): the request may only end, rather than sample from nothing.
     if (mask.count() == 0) {
@@ -30,12 +44,13 @@ const TokenBitmask* Engine::next_token_mask(Live& live) {
     return &mask;
 }
 
-std::span<const TokenBitmask> Engine::draft_masks(Live& live, std::span<const TokenId> drafts) {
+std::span<const TokenBitmask> Engine::draft_masks(Live& live, std::span<const TokenId> drafts,
+                                                  StepOutput& out) {
     if (!live.grammar) return {};
     live.masks.resize(drafts.size() + 1, TokenBitmask(model_.config.vocab_size));
     int32_t num_accepted = 0;
     for (size_t i = 0; i <= drafts.size(); ++i) {
-        live.grammar->fill_next_token_bitmask(live.masks[i]);
+        fill_mask(*live.grammar, live.masks[i], out);
         if (i == drafts.size()) break;
         if (!live.grammar->accept_token(drafts[i])) {
             throw Error(
