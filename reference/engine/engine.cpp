@@ -108,9 +108,8 @@ std::vector<int64_t> Engine::add_parallel_request(std::vector<TokenId> prompt,
     Live& parent = *requests_.at(first);
     for (int i = 1; i < num_completions; ++i) {
         const SamplingParams own = completion_params(params, i);
-        std::unique_ptr<Live> sibling =
-            make_live(next_id_++, prompt, own, priority, std::move(on_tokens[size_t(i)]),
-                      parent.arrival);
+        std::unique_ptr<Live> sibling = make_live(next_id_++, prompt, own, priority,
+                                                  std::move(on_tokens[size_t(i)]), parent.arrival);
         sibling->waiting_to_fork = true;
         const int64_t id = sibling->request->id;
         parent.siblings.push_back(id);

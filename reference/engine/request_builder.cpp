@@ -16,7 +16,7 @@ RequestBuilder::RequestBuilder(const Model& model, RequestBuilderOptions options
 }
 
 std::string RequestBuilder::render_chat(std::span<const ChatMessage> messages,
-                                       bool add_generation_prompt) const {
+                                        bool add_generation_prompt) const {
     if (!chat_template_) {
         // Said once, and only to a front end that renders a conversation.
         std::call_once(fallback_warned_,

@@ -180,9 +180,9 @@ void RouterServer::add_routes() {
                                      std::pair{"/v1/chat/completions", Forwarded::kChat},
                                      std::pair{"/tokenize", Forwarded::kTokenizer},
                                      std::pair{"/detokenize", Forwarded::kTokenizer}}) {
-        http_->Post(path, WithReader([this, kind](const HttpRequest& request,
-                                                  HttpResponse& response,
-                                                  const httplib::ContentReader& reader) {
+        http_->Post(path,
+                    WithReader([this, kind](const HttpRequest& request, HttpResponse& response,
+                                            const httplib::ContentReader& reader) {
                         handle_forward(request, response, reader, kind);
                     }));
     }

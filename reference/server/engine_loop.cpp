@@ -123,9 +123,9 @@ EngineLoopStats EngineLoop::stats() const {
 void EngineLoop::admit(Submission& submission) {
     const int64_t n = int64_t(submission.streams.size());
     try {
-        const std::vector<int64_t> ids =
-            engine_.add_parallel_request(std::move(submission.prompt), submission.params, int(n),
-                                         std::vector<TokenCallback>(size_t(n)), submission.priority);
+        const std::vector<int64_t> ids = engine_.add_parallel_request(
+            std::move(submission.prompt), submission.params, int(n),
+            std::vector<TokenCallback>(size_t(n)), submission.priority);
         for (size_t i = 0; i < ids.size(); ++i) {
             submission.streams[i]->request_id_ = ids[i];
             live_[ids[i]] = submission.streams[i];

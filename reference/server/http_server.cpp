@@ -36,7 +36,8 @@ ApiError overloaded(const std::string& message) {
 }
 
 nlohmann::json model_object(const std::string& name) {
-    return {{"id", name}, {"object", "model"}, {"created", unix_seconds()}, {"owned_by", "servelab"}};
+    return {
+        {"id", name}, {"object", "model"}, {"created", unix_seconds()}, {"owned_by", "servelab"}};
 }
 
 // The routes an API key guards: all but /health and /metrics.
@@ -169,23 +170,20 @@ void OpenAiServer::add_tokenizer_routes() {
                                                const ContentReader& reader) {
                     handle_tokenizer(request, response, reader, /*detokenize=*/false);
                 }));
-    http_->Post("/detokenize", WithReader([this](const HttpRequest& request,
-                                                 HttpResponse& response,
+    http_->Post("/detokenize", WithReader([this](const HttpRequest& request, HttpResponse& response,
                                                  const ContentReader& reader) {
                     handle_tokenizer(request, response, reader, /*detokenize=*/true);
                 }));
 }
 
 void OpenAiServer::handle_tokenizer(const httplib::Request& request, httplib::Response& response,
-                                    const httplib::ContentReader& content_reader,
-                                    bool detokenize) {
+                                    const httplib::ContentReader& content_reader, bool detokenize) {
     InFlight in_flight(in_flight_);
     std::string body;
     if (!read_body(request, response, content_reader, body)) return;
     nlohmann::json answer;
-    const std::optional<ApiError> refusal = detokenize
-                                                ? detokenize_answer(body, models_, answer)
-                                                : tokenize_answer(body, models_, answer);
+    const std::optional<ApiError> refusal = detokenize ? detokenize_answer(body, models_, answer)
+                                                       : tokenize_answer(body, models_, answer);
     if (refusal) {
         send_error(response, *refusal);
         return;

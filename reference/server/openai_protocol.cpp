@@ -145,9 +145,9 @@ void refuse_unsupported(const nlohmann::json& body) {
         // echo: false is what the server does anyway (the prompt is not
         // repeated); true would want the prompt's text and logprobs.
         if (name == "echo" && !boolean(body, "echo")) continue;
-        refuse(std::string(name),
-               name == "echo" ? "'echo': true is not supported by this server (only false)"
-                              : fmt::format("'{}' is not supported by this server", name));
+        refuse(std::string(name), name == "echo"
+                                      ? "'echo': true is not supported by this server (only false)"
+                                      : fmt::format("'{}' is not supported by this server", name));
     }
 }
 
@@ -155,12 +155,15 @@ void refuse_unsupported(const nlohmann::json& body) {
 // "prompt" or "messages", and the refused ones). Anything else is ignored,
 // and listed in ApiRequest::ignored_fields.
 constexpr std::string_view kReadFields[] = {
-    "model",          "temperature",      "top_p",           "top_k",
-    "min_p",          "repetition_penalty", "presence_penalty", "frequency_penalty",
-    "logit_bias",     "logprobs",         "top_logprobs",    "seed",
-    "max_tokens",     "max_completion_tokens", "stop",         "stop_token_ids",
-    "ignore_eos",     "min_tokens",       "priority",        "n",
-    "stream",         "stream_options",   "return_token_ids"};
+    // the request
+    "model", "n", "stream", "stream_options", "return_token_ids", "priority",
+    // the sampler
+    "temperature", "top_p", "top_k", "min_p", "seed", "logit_bias", "repetition_penalty",
+    "presence_penalty", "frequency_penalty",
+    // the length and the stops
+    "max_tokens", "max_completion_tokens", "min_tokens", "ignore_eos", "stop", "stop_token_ids",
+    // log-probabilities
+    "logprobs", "top_logprobs"};
 
 std::vector<std::string_view> known_fields(bool chat) {
     std::vector<std::string_view> known(std::begin(kReadFields), std::end(kReadFields));
@@ -280,9 +283,10 @@ ApiError unknown_model_error(const std::string& name,
     for (const std::string& served : served_model_names) {
         known += (known.empty() ? "'" : ", '") + served + "'";
     }
-    return ApiError{404, "invalid_request_error",
-                    fmt::format("the model '{}' does not exist; this server serves {}", name, known),
-                    "model", "model_not_found"};
+    return ApiError{
+        404, "invalid_request_error",
+        fmt::format("the model '{}' does not exist; this server serves {}", name, known), "model",
+        "model_not_found"};
 }
 
 ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const ProtocolLimits& limits) {
@@ -300,7 +304,8 @@ ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const Protoc
     p.top_p = float(number(body, "top_p", 1.0, 0.0, 1.0));
     if (p.top_p == 0.0f) refuse("top_p", "'top_p' must be greater than 0");
     // Any top_k <= 0 is off: vLLM's -1, and OpenAI-style clients' 0.
-    p.top_k = int32_t(std::max<int64_t>(0, integer(body, "top_k", 0, INT32_MIN, limits.vocab_size)));
+    p.top_k =
+        int32_t(std::max<int64_t>(0, integer(body, "top_k", 0, INT32_MIN, limits.vocab_size)));
     p.min_p = float(number(body, "min_p", 0.0, 0.0, 1.0));
     p.repetition_penalty = float(number(body, "repetition_penalty", 1.0, 0.01, 10.0));
     p.presence_penalty = float(number(body, "presence_penalty", 0.0, -2.0, 2.0));

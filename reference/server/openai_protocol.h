@@ -85,8 +85,9 @@ struct ApiRequest {
     bool stream = false;
     bool include_usage = false;     // stream_options.include_usage
     bool return_token_ids = false;  // extension: prompt_token_ids and each choice's token_ids
-    // Top-level fields the server neither reads nor refuses, in the body's
-    // order: they change nothing, and the server logs them once per request.
+    // Top-level fields the server neither reads nor refuses, by name (a
+    // parsed body keeps its keys sorted): they change nothing, and the
+    // server logs them, one line per request.
     std::vector<std::string> ignored_fields;
 };
 
@@ -104,7 +105,7 @@ std::string requested_model(const nlohmann::json& body,
 // Throws ApiException (status 400, or 404 for an unknown model).
 ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const ProtocolLimits& limits);
 
-// The fields of the object `body` that are not in `known`, in the body's order.
+// The fields of the object `body` that are not in `known`, by name.
 std::vector<std::string> unknown_fields(const nlohmann::json& body,
                                         const std::vector<std::string_view>& known);
 

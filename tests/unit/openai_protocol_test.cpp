@@ -163,10 +163,10 @@ ApiRequest parsed(const std::string& body_text, bool chat = false,
 
 TEST(OpenAiProtocol, TopKAtOrBelowZeroIsOffAsInVllm) {
     for (const char* top_k : {"-1", "0", "-7"}) {
-        EXPECT_EQ(parsed(fmt::format(R"({{"model": "smollm2", "prompt": "x", "top_k": {}}})",
-                                     top_k))
-                      .params.top_k,
-                  0)
+        EXPECT_EQ(
+            parsed(fmt::format(R"({{"model": "smollm2", "prompt": "x", "top_k": {}}})", top_k))
+                .params.top_k,
+            0)
             << "top_k " << top_k;
     }
     EXPECT_EQ(parsed(R"({"model": "smollm2", "prompt": "x", "top_k": 40})").params.top_k, 40);
@@ -180,7 +180,8 @@ TEST(OpenAiProtocol, EchoFalseIsAcceptedAndEchoTrueIsRefusedNamingIt) {
     const ApiError on = error_of(R"({"model": "smollm2", "prompt": "x", "echo": true})", false);
     EXPECT_EQ(on.param, "echo");
     EXPECT_NE(on.message.find("echo"), std::string::npos) << on.message;
-    EXPECT_EQ(error_of(R"({"model": "smollm2", "prompt": "x", "echo": "no"})", false).param, "echo");
+    EXPECT_EQ(error_of(R"({"model": "smollm2", "prompt": "x", "echo": "no"})", false).param,
+              "echo");
 }
 
 TEST(OpenAiProtocol, StopTokenIdsAreTokenIdsOfTheVocabularyAndBounded) {
@@ -209,11 +210,13 @@ TEST(OpenAiProtocol, PriorityNeedsAServerThatSchedulesByIt) {
     EXPECT_EQ(parsed(R"({"model": "smollm2", "prompt": "x"})", false, by_priority).priority, 0);
     EXPECT_EQ(parsed(R"({"model": "smollm2", "prompt": "x", "priority": 0})").priority, 0)
         << "the default priority means nothing to refuse, whatever the policy";
-    const ApiError refused = error_of(R"({"model": "smollm2", "prompt": "x", "priority": 3})", false);
+    const ApiError refused =
+        error_of(R"({"model": "smollm2", "prompt": "x", "priority": 3})", false);
     EXPECT_EQ(refused.param, "priority");
     EXPECT_NE(refused.message.find("--policy priority"), std::string::npos) << refused.message;
     try {
-        parsed(R"({"model": "smollm2", "prompt": "x", "priority": 2147483648})", false, by_priority);
+        parsed(R"({"model": "smollm2", "prompt": "x", "priority": 2147483648})", false,
+               by_priority);
         ADD_FAILURE() << "a priority outside int32 was accepted";
     } catch (const ApiException& e) {
         EXPECT_EQ(e.error().param, "priority");
@@ -228,18 +231,34 @@ TEST(OpenAiProtocol, AnAbsentSeedIsMarkedForTheServerToDraw) {
 }
 
 // The fields each API reads or refuses, written out apart from the parser.
-const std::vector<std::string> kHonouredFields = {
-    "model",          "temperature", "top_p",          "top_k",      "min_p",
-    "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs",
-    "seed",           "max_tokens",  "max_completion_tokens", "stop", "stop_token_ids",
-    "ignore_eos",     "min_tokens",  "n",              "stream",     "stream_options",
-    "return_token_ids", "echo"};
+const std::vector<std::string> kHonouredFields = {"model",
+                                                  "temperature",
+                                                  "top_p",
+                                                  "top_k",
+                                                  "min_p",
+                                                  "repetition_penalty",
+                                                  "presence_penalty",
+                                                  "frequency_penalty",
+                                                  "logit_bias",
+                                                  "logprobs",
+                                                  "seed",
+                                                  "max_tokens",
+                                                  "max_completion_tokens",
+                                                  "stop",
+                                                  "stop_token_ids",
+                                                  "ignore_eos",
+                                                  "min_tokens",
+                                                  "n",
+                                                  "stream",
+                                                  "stream_options",
+                                                  "return_token_ids",
+                                                  "echo"};
 
 TEST(OpenAiProtocol, EveryFieldOutsideTheKnownOnesIsListedAsIgnoredOnce) {
     test::RandomSource random;
     SCOPED_TRACE(random.trace());
     const std::vector<std::string> unknown_pool = {"user", "metadata", "store", "service_tier",
-                                                   "zzz", "Model", "top-p", "x y"};
+                                                   "zzz",  "Model",    "top-p", "x y"};
     for (int round = 0; round < 50; ++round) {
         const bool chat = random.integer(0, 1) == 1;
         nlohmann::json body = {{"model", "smollm2"}};

@@ -101,7 +101,8 @@ TEST_F(OpenAiResponsesTest, UsageCountsThePromptsCachedTokensOnceForAllChoices) 
         result.cached_prompt_tokens = 32;  // the siblings copy the first choice's count
     }
     const ResponseHeader header{"cmpl-2", 0, "m", false};
-    const nlohmann::json usage = completion_response(header, results, 40, model_->tokenizer)["usage"];
+    const nlohmann::json usage =
+        completion_response(header, results, 40, model_->tokenizer)["usage"];
     EXPECT_EQ(usage["prompt_tokens"], 40);
     EXPECT_EQ(usage["completion_tokens"], 6);
     EXPECT_EQ(usage["total_tokens"], 46);

@@ -52,8 +52,8 @@ class TokenizeRouteTest : public test::TinyModelTest {
         return route.builder.build(spec_of(parse_api_request(body, chat, route.limits))).prompt;
     }
     std::string random_text(int64_t length) {
-        const std::vector<std::string> pieces = {"a", "b", "c", "h", " ", "ij", "<|", ">",
-                                                 ".", "\n", "\xc3\xa9", "<|im_start|>"};
+        const std::vector<std::string> pieces = {"a",  "b", "c", "h",  " ",        "ij",
+                                                 "<|", ">", ".", "\n", "\xc3\xa9", "<|im_start|>"};
         std::string text;
         for (int64_t i = 0; i < length; ++i) {
             text += pieces[size_t(random_.integer(0, int64_t(pieces.size()) - 1))];
@@ -69,8 +69,10 @@ class TokenizeRouteTest : public test::TinyModelTest {
 TEST_F(TokenizeRouteTest, TokensAreThePromptGenerationComputesForTheSameBody) {
     SCOPED_TRACE(random_.trace());
     for (int round = 0; round < 20; ++round) {
-        const nlohmann::json text_body = {{"model", "tiny"}, {"prompt", random_text(random_.integer(1, 40))}};
-        nlohmann::json ids_body = {{"model", "tiny"}, {"prompt", random_prompt(random_.integer(1, 20))}};
+        const nlohmann::json text_body = {{"model", "tiny"},
+                                          {"prompt", random_text(random_.integer(1, 40))}};
+        nlohmann::json ids_body = {{"model", "tiny"},
+                                   {"prompt", random_prompt(random_.integer(1, 20))}};
         nlohmann::json messages = nlohmann::json::array();
         for (int64_t i = random_.integer(1, 3); i > 0; --i) {
             messages.push_back({{"role", i % 2 ? "user" : "assistant"},
@@ -96,9 +98,9 @@ TEST_F(TokenizeRouteTest, AConversationsTokensDetokenizeToItsRenderedPrompt) {
     }
     const ModelRoute& route = *routes_.front();
     for (const bool open_turn : {true, false}) {
-        const nlohmann::json tokens =
-            tokenize({{"model", "tiny"}, {"messages", json_messages},
-                      {"add_generation_prompt", open_turn}})["tokens"];
+        const nlohmann::json tokens = tokenize({{"model", "tiny"},
+                                                {"messages", json_messages},
+                                                {"add_generation_prompt", open_turn}})["tokens"];
         nlohmann::json answer;
         ASSERT_FALSE(detokenize_answer(nlohmann::json{{"model", "tiny"}, {"tokens", tokens}}.dump(),
                                        routes_, answer));
