@@ -136,18 +136,37 @@ void completion_prompt(const nlohmann::json& body, const ProtocolLimits& limits,
 
 // The fields the engine cannot honour: the one list. Each is refused with a
 // 400 naming it, never ignored; docs/serving.md lists them, and
-// tests/e2e/test_openai_server.py reads that list and sends each.
-constexpr std::string_view kRefusedFields[] = {"tools", "functions", "suffix", "best_of", "echo"};
+// tests/e2e/test_openai_server.py reads that list and sends each. Tools and
+// functions (the model calling them), a suffix to insert before, the best of
+// several samples, the prompt echoed with its logprobs, audio output, a web
+// search.
+constexpr std::string_view kRefusedFields[] = {
+    "tools", "functions", "suffix", "best_of", "echo", "audio", "web_search_options"};
+
+// A refused field set to what the server does anyway is accepted: echo
+// false (the prompt is not repeated) and best_of 1 (one sample is its own
+// best). The hint says so in the refusal of any other value.
+bool asks_for_what_is_done_anyway(std::string_view name, const nlohmann::json& value,
+                                  std::string& hint) {
+    if (name == "echo") {
+        hint = " (only false)";
+        return value.is_boolean() && !value.get<bool>();
+    }
+    if (name == "best_of") {
+        hint = " (only 1)";
+        return value.is_number_integer() && value.get<int64_t>() == 1;
+    }
+    return false;
+}
 
 void refuse_unsupported(const nlohmann::json& body) {
     for (const std::string_view name : kRefusedFields) {
-        if (field(body, std::string(name).c_str()) == nullptr) continue;
-        // echo: false is what the server does anyway (the prompt is not
-        // repeated); true would want the prompt's text and logprobs.
-        if (name == "echo" && !boolean(body, "echo")) continue;
-        refuse(std::string(name), name == "echo"
-                                      ? "'echo': true is not supported by this server (only false)"
-                                      : fmt::format("'{}' is not supported by this server", name));
+        const nlohmann::json* value = field(body, std::string(name).c_str());
+        if (value == nullptr) continue;
+        std::string hint;
+        if (asks_for_what_is_done_anyway(name, *value, hint)) continue;
+        refuse(std::string(name),
+               fmt::format("'{}' is not supported by this server{}", name, hint));
     }
 }
 

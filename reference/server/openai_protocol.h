@@ -12,12 +12,14 @@
 // frequency_penalty, logit_bias, logprobs (and chat's top_logprobs),
 // max_tokens (or max_completion_tokens), stop, seed (absent: the server
 // draws one per request), n, stream, stream_options.include_usage, echo
-// (false only), and the extensions vLLM also accepts: repetition_penalty,
-// ignore_eos, min_tokens, stop_token_ids, priority and return_token_ids.
+// (false only), best_of (1 only), and the extensions vLLM also accepts:
+// repetition_penalty, ignore_eos, min_tokens, stop_token_ids, priority and
+// return_token_ids.
 // Fields that would change the output in ways the engine cannot honour
-// (kRefusedFields in the .cpp: tools, functions, suffix, best_of, echo: true)
-// are refused, never silently ignored. Any other field is listed in
-// ApiRequest::ignored_fields, which the server logs (as vLLM warns).
+// (kRefusedFields in the .cpp: tools, functions, suffix, best_of above 1,
+// echo: true, audio, web_search_options) are refused, never silently
+// ignored. Any other field is listed in ApiRequest::ignored_fields, which
+// the server logs (as vLLM warns).
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -175,13 +175,22 @@ TEST(OpenAiProtocol, TopKAtOrBelowZeroIsOffAsInVllm) {
         << "more than the vocabulary is an error, not a silent cap";
 }
 
-TEST(OpenAiProtocol, EchoFalseIsAcceptedAndEchoTrueIsRefusedNamingIt) {
+TEST(OpenAiProtocol, EchoFalseAndBestOf1AreAcceptedAndOtherValuesRefusedNamingThem) {
     EXPECT_EQ(parsed(R"({"model": "smollm2", "prompt": "x", "echo": false})").prompt_text, "x");
     const ApiError on = error_of(R"({"model": "smollm2", "prompt": "x", "echo": true})", false);
     EXPECT_EQ(on.param, "echo");
     EXPECT_NE(on.message.find("echo"), std::string::npos) << on.message;
     EXPECT_EQ(error_of(R"({"model": "smollm2", "prompt": "x", "echo": "no"})", false).param,
               "echo");
+    EXPECT_EQ(parsed(R"({"model": "smollm2", "prompt": "x", "best_of": 1})").n, 1)
+        << "best_of 1 is one sample, what the server does anyway";
+    for (const char* body : {R"({"model": "smollm2", "prompt": "x", "best_of": 2})",
+                             R"({"model": "smollm2", "prompt": "x", "audio": {}})",
+                             R"({"model": "smollm2", "prompt": "x", "suffix": ""})"}) {
+        const ApiError error = error_of(body, false);
+        EXPECT_FALSE(error.param.empty()) << body;
+        EXPECT_NE(error.message.find(error.param), std::string::npos) << body;
+    }
 }
 
 TEST(OpenAiProtocol, StopTokenIdsAreTokenIdsOfTheVocabularyAndBounded) {
@@ -231,28 +240,16 @@ TEST(OpenAiProtocol, AnAbsentSeedIsMarkedForTheServerToDraw) {
 }
 
 // The fields each API reads or refuses, written out apart from the parser.
-const std::vector<std::string> kHonouredFields = {"model",
-                                                  "temperature",
-                                                  "top_p",
-                                                  "top_k",
-                                                  "min_p",
-                                                  "repetition_penalty",
-                                                  "presence_penalty",
-                                                  "frequency_penalty",
-                                                  "logit_bias",
-                                                  "logprobs",
-                                                  "seed",
-                                                  "max_tokens",
-                                                  "max_completion_tokens",
-                                                  "stop",
-                                                  "stop_token_ids",
-                                                  "ignore_eos",
-                                                  "min_tokens",
-                                                  "n",
-                                                  "stream",
-                                                  "stream_options",
-                                                  "return_token_ids",
-                                                  "echo"};
+const std::vector<std::string> kHonouredFields = {
+    // the request
+    "model", "n", "stream", "stream_options", "return_token_ids", "priority",
+    // the sampler
+    "temperature", "top_p", "top_k", "min_p", "seed", "logit_bias", "repetition_penalty",
+    "presence_penalty", "frequency_penalty",
+    // the length and the stops
+    "max_tokens", "max_completion_tokens", "min_tokens", "ignore_eos", "stop", "stop_token_ids",
+    // log-probabilities; and refused unless set to what is done anyway
+    "logprobs", "top_logprobs", "echo", "best_of"};
 
 TEST(OpenAiProtocol, EveryFieldOutsideTheKnownOnesIsListedAsIgnoredOnce) {
     test::RandomSource random;
@@ -271,6 +268,7 @@ TEST(OpenAiProtocol, EveryFieldOutsideTheKnownOnesIsListedAsIgnoredOnce) {
         if (random.integer(0, 1)) body["temperature"] = 0.5;
         if (random.integer(0, 1)) body["stop_token_ids"] = {1};
         if (random.integer(0, 1)) body["echo"] = false;
+        if (random.integer(0, 1)) body["best_of"] = 1;
         if (random.integer(0, 1)) body["max_completion_tokens"] = 3;
         std::set<std::string> expected;
         for (const std::string& name : unknown_pool) {
