@@ -97,18 +97,19 @@ std::vector<int64_t> Engine::add_parallel_request(std::vector<TokenId> prompt,
 
 std::vector<int64_t> Engine::add_parallel_request(std::vector<TokenId> prompt,
                                                   const SamplingParams& params, int num_completions,
-                                                  std::vector<TokenCallback> on_tokens) {
+                                                  std::vector<TokenCallback> on_tokens,
+                                                  int32_t priority) {
     if (num_completions < 1) {
         throw Error(fmt::format("generate: n = {} completions, need at least 1", num_completions));
     }
     on_tokens.resize(size_t(num_completions));
-    const int64_t first = add_request(prompt, params, 0, std::move(on_tokens[0]));
+    const int64_t first = add_request(prompt, params, priority, std::move(on_tokens[0]));
     std::vector<int64_t> ids = {first};
     Live& parent = *requests_.at(first);
     for (int i = 1; i < num_completions; ++i) {
         const SamplingParams own = completion_params(params, i);
-        std::unique_ptr<Live> sibling =
-            make_live(next_id_++, prompt, own, 0, std::move(on_tokens[size_t(i)]), parent.arrival);
+        std::unique_ptr<Live> sibling = make_live(next_id_++, prompt, own, priority,
+                                                  std::move(on_tokens[size_t(i)]), parent.arrival);
         sibling->waiting_to_fork = true;
         const int64_t id = sibling->request->id;
         parent.siblings.push_back(id);

@@ -161,10 +161,12 @@ class Engine {
     std::vector<int64_t> add_parallel_request(std::vector<TokenId> prompt,
                                               const SamplingParams& params, int num_completions,
                                               TokenCallback on_token = {});
-    // The same with one callback per completion (the server streams each).
+    // The same with one callback per completion (the server streams each),
+    // and the scheduler's priority (the same for every completion).
     std::vector<int64_t> add_parallel_request(std::vector<TokenId> prompt,
                                               const SamplingParams& params, int num_completions,
-                                              std::vector<TokenCallback> on_tokens);
+                                              std::vector<TokenCallback> on_tokens,
+                                              int32_t priority = 0);
     // One iteration. Returns the tokens produced and the requests finished.
     // `on_scheduled` (optional) is told the batch's shape before the forward pass.
     StepOutput step(const StepScheduledCallback& on_scheduled = {});

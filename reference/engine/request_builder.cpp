@@ -17,16 +17,17 @@ RequestBuilder::RequestBuilder(const Model& model, RequestBuilderOptions options
     chat_template_ = load_chat_template(model.file, fallback_reason_);
 }
 
-std::string RequestBuilder::render_chat(std::span<const ChatMessage> messages) const {
+std::string RequestBuilder::render_chat(std::span<const ChatMessage> messages,
+                                        bool add_generation_prompt) const {
     if (!chat_template_) {
         // Said once, and only to a front end that renders a conversation.
         std::call_once(fallback_warned_,
                        [this] { spdlog::warn("{}: chat prompts use ChatML", fallback_reason_); });
-        return format_chatml(messages, /*add_generation_prompt=*/true);
+        return format_chatml(messages, add_generation_prompt);
     }
     ChatTemplateInputs inputs;
     inputs.messages = messages;
-    inputs.add_generation_prompt = true;
+    inputs.add_generation_prompt = add_generation_prompt;
     set_special_tokens(inputs, model_.tokenizer);
     try {
         return chat_template_->render(inputs);
@@ -48,7 +49,9 @@ std::vector<TokenId> RequestBuilder::prompt_of(const RequestSpec& spec) const {
         case RequestSpec::PromptKind::kChat:
             ids = encode_chat(
                 tokenizer, spec.messages,
-                [this](std::span<const ChatMessage> messages) { return render_chat(messages); },
+                [&](std::span<const ChatMessage> messages) {
+                    return render_chat(messages, spec.add_generation_prompt);
+                },
                 options_.special_tokens);
             break;
     }
@@ -92,6 +95,7 @@ EngineRequest RequestBuilder::build(const RequestSpec& spec) const {
                            "n");
     }
     request.num_completions = spec.num_completions;
+    request.priority = spec.priority;
     // A request asking for logprobs decodes without speculation
     // (SamplingParams::logprobs); its tokens are distributed the same.
     if (options_.num_speculative_tokens > 0 && request.params.logprobs < 0) {

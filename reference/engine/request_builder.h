@@ -45,7 +45,10 @@ struct RequestSpec {
     PromptKind kind = PromptKind::kText;
     std::string text;                   // kText
     std::vector<TokenId> token_ids;     // kTokenIds
-    std::vector<ChatMessage> messages;  // kChat: ends with the open assistant turn
+    std::vector<ChatMessage> messages;  // kChat
+    // kChat: the rendered prompt ends with the open assistant turn (false:
+    // with the last message, as /tokenize may ask).
+    bool add_generation_prompt = true;
     SamplingParams params;
     // false: params.max_tokens is only a default, cut to what the context leaves.
     bool max_tokens_given = true;
@@ -53,13 +56,15 @@ struct RequestSpec {
     // What the output must match (Lab 12); empty = unconstrained. Compiled
     // into params.grammar by build().
     ConstraintSpec constraint;
+    int32_t priority = 0;  // the scheduler's, under SchedulingPolicy::kPriority
 };
 
-// What the engine runs: Engine::add_parallel_request(prompt, params, n).
+// What the engine runs: Engine::add_parallel_request(prompt, params, n, …, priority).
 struct EngineRequest {
     std::vector<TokenId> prompt;
     SamplingParams params;
     int num_completions = 1;
+    int32_t priority = 0;
 };
 
 // A request that cannot run as asked: one line, the field to blame
@@ -104,8 +109,10 @@ class RequestBuilder {
     // The prompt alone, BOS included.
     std::vector<TokenId> prompt_of(const RequestSpec& spec) const;
     // Renders a conversation as the prompt text, the open assistant turn
-    // last. Throws RequestError when the template refuses the messages.
-    std::string render_chat(std::span<const ChatMessage> messages) const;
+    // last unless `add_generation_prompt` is false. Throws RequestError when
+    // the template refuses the messages.
+    std::string render_chat(std::span<const ChatMessage> messages,
+                            bool add_generation_prompt = true) const;
     // Whether chat prompts use the model's own template (else ChatML).
     bool uses_model_template() const { return chat_template_.has_value(); }
     // The longest request it builds, prompt and output together.

@@ -141,7 +141,8 @@ void RouterServer::close_after(const HttpRequest& request, HttpResponse& respons
 void RouterServer::add_routes() {
     // Both refusals come before the body is read: the connection closes after them.
     http_->set_pre_routing_handler([this](const HttpRequest& request, HttpResponse& response) {
-        const bool api = request.path.rfind("/v1/", 0) == 0;
+        const bool api = request.path.rfind("/v1/", 0) == 0 || request.path == "/tokenize" ||
+                         request.path == "/detokenize";
         if (api && draining_) {
             send_error(response,
                        {503, "server_error", "the router is shutting down", "", "shutting_down"});
@@ -175,16 +176,16 @@ void RouterServer::add_routes() {
             return httplib::Server::HandlerResponse::Handled;
         }));
     using WithReader = httplib::Server::HandlerWithContentReader;
-    http_->Post("/v1/completions",
-                WithReader([this](const HttpRequest& request, HttpResponse& response,
-                                  const httplib::ContentReader& reader) {
-                    handle_generation(request, response, reader, false);
-                }));
-    http_->Post("/v1/chat/completions",
-                WithReader([this](const HttpRequest& request, HttpResponse& response,
-                                  const httplib::ContentReader& reader) {
-                    handle_generation(request, response, reader, true);
-                }));
+    for (const auto& [path, kind] : {std::pair{"/v1/completions", Forwarded::kCompletion},
+                                     std::pair{"/v1/chat/completions", Forwarded::kChat},
+                                     std::pair{"/tokenize", Forwarded::kTokenizer},
+                                     std::pair{"/detokenize", Forwarded::kTokenizer}}) {
+        http_->Post(path,
+                    WithReader([this, kind](const HttpRequest& request, HttpResponse& response,
+                                            const httplib::ContentReader& reader) {
+                        handle_forward(request, response, reader, kind);
+                    }));
+    }
     // Every other route that may carry a body is answered without reading
     // it: left to the library, a chunked body would be read whole first.
     const WithReader no_such_route = [this](const HttpRequest& request, HttpResponse& response,
@@ -199,6 +200,9 @@ void RouterServer::add_routes() {
     http_->Delete(".*", no_such_route);
     http_->Get("/v1/models", [this](const HttpRequest& request, HttpResponse& response) {
         handle_models(request, response);
+    });
+    http_->Get(R"(/v1/models/(.+))", [this](const HttpRequest& request, HttpResponse& response) {
+        handle_model(request, response);
     });
     http_->Get("/health", [this](const HttpRequest&, HttpResponse& response) {
         const int healthy = int(pool_.healthy_backends().size());
@@ -215,8 +219,8 @@ void RouterServer::add_routes() {
     });
 }
 
-void RouterServer::handle_generation(const HttpRequest& request, HttpResponse& response,
-                                     const httplib::ContentReader& content_reader, bool chat) {
+void RouterServer::handle_forward(const HttpRequest& request, HttpResponse& response,
+                                  const httplib::ContentReader& content_reader, Forwarded kind) {
     std::string text;
     if (const std::optional<ApiError> refusal =
             read_request_body(request, content_reader, options_.max_body_bytes,
@@ -237,8 +241,11 @@ void RouterServer::handle_generation(const HttpRequest& request, HttpResponse& r
                               "the request body must be a JSON object", "", ""});
         return;
     }
+    const bool generation = kind != Forwarded::kTokenizer;
     const std::vector<uint64_t> keys =
-        prefix_block_keys(routing_text(body, chat), options_.prefix_block_chars);
+        generation ? prefix_block_keys(routing_text(body, kind == Forwarded::kChat),
+                                       options_.prefix_block_chars)
+                   : std::vector<uint64_t>{};
     std::vector<bool> tried(size_t(pool_.size()), false);
     std::string refusal;  // the last replica's 503 body, if one refused
     for (int attempt = 0; attempt < pool_.size() && !cut_forwards_; ++attempt) {
@@ -247,9 +254,9 @@ void RouterServer::handle_generation(const HttpRequest& request, HttpResponse& r
         const int backend = decision.backend;
         tried[size_t(backend)] = true;
         if (attempt > 0) ++retries_total_;
-        if (decision.reason == RouteReason::kAffinityHit) ++affinity_hits_total_;
-        if (decision.reason == RouteReason::kLoadOverride) ++load_overrides_total_;
-        if (decision.reason == RouteReason::kNoMatch) ++no_match_total_;
+        if (generation && decision.reason == RouteReason::kAffinityHit) ++affinity_hits_total_;
+        if (generation && decision.reason == RouteReason::kLoadOverride) ++load_overrides_total_;
+        if (generation && decision.reason == RouteReason::kNoMatch) ++no_match_total_;
         auto call = std::make_shared<UpstreamCall>(pool_.url(backend), request.path, text,
                                                    forwarded_headers(request), options_.upstream,
                                                    [this, backend] { pool_.release(backend); });
@@ -446,6 +453,30 @@ void RouterServer::handle_models(const HttpRequest& request, HttpResponse& respo
         response.set_content(nlohmann::json{{"object", "list"}, {"data", models}}.dump(),
                              "application/json");
     } else if (refusal) {
+        response.status = refusal->status;
+        response.set_content(refusal->body, "application/json");
+    } else {
+        send_error(response, no_backend_error());
+    }
+}
+
+void RouterServer::handle_model(const HttpRequest& request, HttpResponse& response) {
+    // Any healthy replica that serves the model answers for it; a 404 (or
+    // another refusal) is relayed only when none does.
+    std::optional<httplib::Response> refusal;
+    for (const int backend : pool_.healthy_backends()) {
+        httplib::Client client(pool_.url(backend).host, pool_.url(backend).port);
+        client.set_connection_timeout(options_.upstream.connect);
+        client.set_read_timeout(options_.upstream.connect);
+        httplib::Result result = client.Get(request.path, forwarded_headers(request));
+        if (!result) continue;
+        if (result->status == 200 && nlohmann::json::accept(result->body)) {
+            response.set_content(result->body, "application/json");
+            return;
+        }
+        if (result->status != 200) refusal = result.value();
+    }
+    if (refusal) {
         response.status = refusal->status;
         response.set_content(refusal->body, "application/json");
     } else {

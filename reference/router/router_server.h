@@ -5,7 +5,12 @@
 //   POST /v1/completions, /v1/chat/completions   forwarded to the replica the
 //        policy picks (routing_policy.h), keyed by the prompt's leading text
 //        (prompt_key.h); server-sent events are relayed as they arrive
+//   POST /tokenize, /detokenize   forwarded to a replica the policy picks
+//        (no routing key: they compute no prompt, so they teach the
+//        cache-aware table nothing), answered by it whole
 //   GET  /v1/models   the union of the healthy replicas' models, by id
+//   GET  /v1/models/{id}   the first healthy replica's model object for it,
+//        or a replica's 404 when none serves it
 //   GET  /health      200 while any replica is healthy, else 503
 //   GET  /metrics     Prometheus text: per-replica requests, outstanding and
 //                     health; retries; cache-aware decisions; the 4xx and 5xx
@@ -95,8 +100,11 @@ class RouterServer {
 
   private:
     void add_routes();
-    void handle_generation(const httplib::Request& request, httplib::Response& response,
-                           const httplib::ContentReader& content_reader, bool chat);
+    // What a POST forwards: a generation request (routed by its prompt's
+    // text) or a tokenizer request (not routed by anything).
+    enum class Forwarded { kCompletion, kChat, kTokenizer };
+    void handle_forward(const httplib::Request& request, httplib::Response& response,
+                        const httplib::ContentReader& content_reader, Forwarded kind);
     // For an answer sent before the body was read whole: the connection
     // closes after it, since what follows in the stream is not a request.
     void close_after(const httplib::Request& request, httplib::Response& response);
@@ -116,6 +124,8 @@ class RouterServer {
     Relayed relay_whole(const httplib::Request& request, UpstreamCall& call,
                         httplib::Response& response);
     void handle_models(const httplib::Request& request, httplib::Response& response);
+    // GET /v1/models/{id}, asked of the healthy replicas in turn.
+    void handle_model(const httplib::Request& request, httplib::Response& response);
     std::string render_metrics() const;
 
     BackendPool& pool_;

@@ -137,6 +137,7 @@ class Scheduler {
 
     int64_t num_waiting() const { return int64_t(waiting_.size()); }
     int64_t num_running() const { return int64_t(running_.size()); }  // padding rows included
+    SchedulingPolicy policy() const { return config_.policy; }
 
   private:
     // How many of its uncomputed tokens `request` (running, or being

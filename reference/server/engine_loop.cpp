@@ -66,8 +66,9 @@ std::shared_ptr<RequestStream> EngineLoop::submit(std::vector<TokenId> prompt,
 
 std::vector<std::shared_ptr<RequestStream>> EngineLoop::submit_group(std::vector<TokenId> prompt,
                                                                      const SamplingParams& params,
-                                                                     int num_completions) {
-    Submission submission{std::move(prompt), params, {}};
+                                                                     int num_completions,
+                                                                     int32_t priority) {
+    Submission submission{std::move(prompt), params, priority, {}};
     for (int i = 0; i < std::max(num_completions, 1); ++i) {
         submission.streams.push_back(std::make_shared<RequestStream>());
     }
@@ -123,7 +124,8 @@ void EngineLoop::admit(Submission& submission) {
     const int64_t n = int64_t(submission.streams.size());
     try {
         const std::vector<int64_t> ids = engine_.add_parallel_request(
-            std::move(submission.prompt), submission.params, int(n), TokenCallback{});
+            std::move(submission.prompt), submission.params, int(n),
+            std::vector<TokenCallback>(size_t(n)), submission.priority);
         for (size_t i = 0; i < ids.size(); ++i) {
             submission.streams[i]->request_id_ = ids[i];
             live_[ids[i]] = submission.streams[i];

@@ -153,10 +153,14 @@ class EngineLoop {
     // admitted together as one parallel request — the prompt computed once,
     // choice i seeded seed + i (Engine::add_parallel_request) — or not at
     // all. Throws QueueFull when they do not all fit under max_waiting.
+    // `priority` is the scheduler's (SchedulingPolicy::kPriority; smaller first).
     std::vector<std::shared_ptr<RequestStream>> submit_group(std::vector<TokenId> prompt,
                                                              const SamplingParams& params,
-                                                             int num_completions);
+                                                             int num_completions,
+                                                             int32_t priority = 0);
     int64_t max_waiting() const { return config_.max_waiting; }
+    // The engine's scheduling policy (fixed when it was built; any thread may ask).
+    SchedulingPolicy scheduling_policy() const { return engine_.scheduler().policy(); }
     // The engine thread's body for this loop alone: run_engine_loops({this}).
     // Returns after stop(), once every admitted request has ended.
     void run();
@@ -179,6 +183,7 @@ class EngineLoop {
     struct Submission {  // one parallel request: a stream per choice
         std::vector<TokenId> prompt;
         SamplingParams params;
+        int32_t priority = 0;
         std::vector<std::shared_ptr<RequestStream>> streams;
     };
     void admit(Submission& submission);

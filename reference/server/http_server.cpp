@@ -15,6 +15,7 @@
 #include "reference/server/request_admission.h"
 #include "reference/server/request_body.h"
 #include "reference/server/sse_stream.h"
+#include "reference/server/tokenize_route.h"
 
 namespace servelab {
 namespace {
@@ -32,6 +33,16 @@ int64_t unix_seconds() {
 
 ApiError overloaded(const std::string& message) {
     return {503, "server_error", message, "", "overloaded"};
+}
+
+nlohmann::json model_object(const std::string& name) {
+    return {
+        {"id", name}, {"object", "model"}, {"created", unix_seconds()}, {"owned_by", "servelab"}};
+}
+
+// The routes an API key guards: all but /health and /metrics.
+bool needs_api_key(const std::string& path) {
+    return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
 }
 
 // Counts a handler as in flight for the graceful shutdown.
@@ -94,12 +105,13 @@ void OpenAiServer::add_routes() {
     add_api_key_check();
     add_info_routes();
     add_generation_routes();
+    add_tokenizer_routes();
     add_fallback_routes();  // last: their ".*" matches every path
 }
 
 void OpenAiServer::add_api_key_check() {
     http_->set_pre_routing_handler([this](const HttpRequest& request, HttpResponse& response) {
-        if (options_.api_key.empty() || request.path.rfind("/v1/", 0) != 0) {
+        if (options_.api_key.empty() || !needs_api_key(request.path)) {
             return httplib::Server::HandlerResponse::Unhandled;
         }
         if (request.get_header_value("Authorization") != "Bearer " + options_.api_key) {
@@ -121,14 +133,12 @@ void OpenAiServer::add_info_routes() {
     });
     http_->Get("/v1/models", [this](const HttpRequest&, HttpResponse& response) {
         nlohmann::json data = nlohmann::json::array();
-        for (const auto& route : models_) {
-            data.push_back({{"id", route->name},
-                            {"object", "model"},
-                            {"created", unix_seconds()},
-                            {"owned_by", "servelab"}});
-        }
+        for (const auto& route : models_) data.push_back(model_object(route->name));
         response.set_content(response_text({{"object", "list"}, {"data", data}}),
                              "application/json");
+    });
+    http_->Get(R"(/v1/models/(.+))", [this](const HttpRequest& request, HttpResponse& response) {
+        handle_model(request.matches[1].str(), response);
     });
     http_->Get("/metrics", [this](const HttpRequest&, HttpResponse& response) {
         MetricFamilies families;
@@ -152,6 +162,45 @@ void OpenAiServer::add_generation_routes() {
                                   const ContentReader& reader) {
                     handle_generation(request, response, reader, true);
                 }));
+}
+
+void OpenAiServer::add_tokenizer_routes() {
+    using WithReader = httplib::Server::HandlerWithContentReader;
+    http_->Post("/tokenize", WithReader([this](const HttpRequest& request, HttpResponse& response,
+                                               const ContentReader& reader) {
+                    handle_tokenizer(request, response, reader, /*detokenize=*/false);
+                }));
+    http_->Post("/detokenize", WithReader([this](const HttpRequest& request, HttpResponse& response,
+                                                 const ContentReader& reader) {
+                    handle_tokenizer(request, response, reader, /*detokenize=*/true);
+                }));
+}
+
+void OpenAiServer::handle_tokenizer(const httplib::Request& request, httplib::Response& response,
+                                    const httplib::ContentReader& content_reader, bool detokenize) {
+    InFlight in_flight(in_flight_);
+    std::string body;
+    if (!read_body(request, response, content_reader, body)) return;
+    nlohmann::json answer;
+    const std::optional<ApiError> refusal = detokenize ? detokenize_answer(body, models_, answer)
+                                                       : tokenize_answer(body, models_, answer);
+    if (refusal) {
+        send_error(response, *refusal);
+        return;
+    }
+    response.set_content(response_text(answer), "application/json");
+}
+
+void OpenAiServer::handle_model(const std::string& id, httplib::Response& response) {
+    std::vector<std::string> names;
+    for (const auto& route : models_) {
+        if (route->name == id) {
+            response.set_content(response_text(model_object(id)), "application/json");
+            return;
+        }
+        names.push_back(route->name);
+    }
+    send_error(response, unknown_model_error(id, names));
 }
 
 void OpenAiServer::add_fallback_routes() {
@@ -277,7 +326,8 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
     std::string body;
     if (!read_body(http_request, response, content_reader, body)) return;
     Admission admission;
-    if (const std::optional<ApiError> refusal = admit_request(body, chat, models_, admission)) {
+    if (const std::optional<ApiError> refusal =
+            admit_request(body, chat, models_, seeds_, admission)) {
         send_error(response, *refusal);
         return;
     }
@@ -304,7 +354,7 @@ bool OpenAiServer::submit(ModelRoute& route, EngineRequest& engine_request,
                           std::vector<std::shared_ptr<RequestStream>>& streams) {
     try {
         streams = route.loop.submit_group(std::move(engine_request.prompt), engine_request.params,
-                                          engine_request.num_completions);
+                                          engine_request.num_completions, engine_request.priority);
     } catch (const QueueFull& e) {
         send_error(response, overloaded(e.what()), &route);
         return false;

@@ -7,7 +7,9 @@
 // samples with model="name". Routes:
 //   POST /v1/completions, /v1/chat/completions   whole JSON, or server-sent
 //        events ("data: {chunk}\n\n" … "data: [DONE]\n\n") with "stream": true
-//   GET  /v1/models, /health, /metrics (Prometheus text)
+//   POST /tokenize, /detokenize   vLLM's: the prompt a body becomes, and back
+//        (tokenize_route.h)
+//   GET  /v1/models, /v1/models/{id}, /health, /metrics (Prometheus text)
 // Each generation request is admitted (request_admission.h: parsed,
 // routed, built by the one front door into one parallel request of n
 // choices, the prompt computed once, choice i seeded seed + i), submitted
@@ -15,7 +17,8 @@
 // answered whole or streamed (sse_stream.h). Errors are
 // OpenAI-style bodies with a 4xx or 5xx status (openai_protocol.h). A client
 // that disconnects, streaming or not, has its requests cancelled. With an
-// API key, /v1/* require "Authorization: Bearer <key>". Connections,
+// API key, /v1/*, /tokenize and /detokenize require "Authorization: Bearer
+// <key>". A request without a seed gets a fresh one (FreshSeeds). Connections,
 // deadlines and pipelining are the listener's (http_listener.h); bodies
 // are read here, never past --max-body-bytes, chunked or not.
 // stop() is the graceful shutdown (SIGTERM): new requests get 503, admitted
@@ -36,6 +39,7 @@
 #include "reference/server/model_route.h"
 #include "reference/server/openai_protocol.h"
 #include "reference/server/openai_responses.h"
+#include "reference/server/request_admission.h"
 #include "reference/server/server_metrics.h"
 
 namespace httplib {
@@ -76,14 +80,20 @@ class OpenAiServer {
   private:
     // The routes, in the order the library matches them.
     void add_routes();
-    void add_api_key_check();      // /v1/*: 401 without "Authorization: Bearer <key>"
-    void add_info_routes();        // GET /health, /v1/models, /metrics
+    void add_api_key_check();      // /v1/*, /tokenize, /detokenize: 401 without the key
+    void add_info_routes();        // GET /health, /v1/models, /v1/models/{id}, /metrics
     void add_generation_routes();  // POST /v1/completions, /v1/chat/completions
+    void add_tokenizer_routes();   // POST /tokenize, /detokenize
     void add_fallback_routes();    // 404 for the rest, and bodies for the library's own errors
     // POST /v1/completions (chat false) and /v1/chat/completions: the drain
     // check, the body, admission, submission, then the answer whole or streamed.
     void handle_generation(const httplib::Request& request, httplib::Response& response,
                            const httplib::ContentReader& content_reader, bool chat);
+    // POST /tokenize, or /detokenize: the body, then its answer (tokenize_route.h).
+    void handle_tokenizer(const httplib::Request& request, httplib::Response& response,
+                          const httplib::ContentReader& content_reader, bool detokenize);
+    // GET /v1/models/{id}: the model object, or 404 (model_not_found).
+    void handle_model(const std::string& id, httplib::Response& response);
     // Reads the body into `body`, never more than max_body_bytes of it
     // (Content-Length or chunked); false after answering 413 or 400.
     bool read_body(const httplib::Request& request, httplib::Response& response,
@@ -118,6 +128,7 @@ class OpenAiServer {
     std::atomic<bool> draining_{false};
     std::atomic<int64_t> in_flight_{0};
     std::atomic<int64_t> next_id_{0};
+    FreshSeeds seeds_;  // for the requests that give no seed
 };
 
 }  // namespace servelab

@@ -11,6 +11,7 @@ ModelRoute::ModelRoute(const ServedModel& served, const RequestBuilderOptions& r
     limits.model_name = served.name;
     limits.context_length = builder.context_length();
     limits.vocab_size = served.model->config.vocab_size;
+    limits.priority_scheduling = loop.scheduling_policy() == SchedulingPolicy::kPriority;
 }
 
 }  // namespace servelab

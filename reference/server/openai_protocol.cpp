@@ -5,8 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
-
+#include <climits>
 #include <set>
 
 namespace servelab {
@@ -135,12 +136,97 @@ void completion_prompt(const nlohmann::json& body, const ProtocolLimits& limits,
     refuse("prompt", "'prompt' must be a string or a list of token ids (one prompt per request)");
 }
 
-void refuse_unsupported(const nlohmann::json& body) {
-    for (const char* name : {"tools", "functions", "suffix", "echo", "best_of"}) {
-        if (field(body, name) != nullptr) {
-            refuse(name, fmt::format("'{}' is not supported by this server", name));
-        }
+// The fields the engine cannot honour: the one list. Each is refused with a
+// 400 naming it, never ignored; docs/serving.md lists them, and
+// tests/e2e/test_openai_server.py reads that list and sends each. Tools and
+// functions (the model calling them), a suffix to insert before, the best of
+// several samples, the prompt echoed with its logprobs, audio output, a web
+// search.
+constexpr std::string_view kRefusedFields[] = {
+    "tools", "functions", "suffix", "best_of", "echo", "audio", "web_search_options"};
+
+// A refused field set to what the server does anyway is accepted: echo
+// false (the prompt is not repeated) and best_of 1 (one sample is its own
+// best). The hint says so in the refusal of any other value.
+bool asks_for_what_is_done_anyway(std::string_view name, const nlohmann::json& value,
+                                  std::string& hint) {
+    if (name == "echo") {
+        hint = " (only false)";
+        return value.is_boolean() && !value.get<bool>();
     }
+    if (name == "best_of") {
+        hint = " (only 1)";
+        return value.is_number_integer() && value.get<int64_t>() == 1;
+    }
+    return false;
+}
+
+void refuse_unsupported(const nlohmann::json& body) {
+    for (const std::string_view name : kRefusedFields) {
+        const nlohmann::json* value = field(body, std::string(name).c_str());
+        if (value == nullptr) continue;
+        std::string hint;
+        if (asks_for_what_is_done_anyway(name, *value, hint)) continue;
+        refuse(std::string(name),
+               fmt::format("'{}' is not supported by this server{}", name, hint));
+    }
+}
+
+// The top-level fields parse_api_request reads, for both APIs (besides
+// "prompt" or "messages", and the refused ones). Anything else is ignored,
+// and listed in ApiRequest::ignored_fields.
+constexpr std::string_view kReadFields[] = {
+    // the request
+    "model", "n", "stream", "stream_options", "return_token_ids", "priority",
+    // the sampler
+    "temperature", "top_p", "top_k", "min_p", "seed", "logit_bias", "repetition_penalty",
+    "presence_penalty", "frequency_penalty",
+    // the length and the stops
+    "max_tokens", "max_completion_tokens", "min_tokens", "ignore_eos", "stop", "stop_token_ids",
+    // log-probabilities
+    "logprobs", "top_logprobs",
+    // what the output must match (structured_output_request.h)
+    "response_format", "structured_outputs", "json_schema", "grammar"};
+
+std::vector<std::string_view> known_fields(bool chat) {
+    std::vector<std::string_view> known(std::begin(kReadFields), std::end(kReadFields));
+    known.insert(known.end(), std::begin(kRefusedFields), std::end(kRefusedFields));
+    known.push_back(chat ? "messages" : "prompt");
+    return known;
+}
+
+// vLLM's extension: generation also ends at these ids (not before min_tokens).
+std::vector<TokenId> stop_token_ids(const nlohmann::json& body, const ProtocolLimits& limits) {
+    const nlohmann::json* value = field(body, "stop_token_ids");
+    if (value == nullptr) return {};
+    if (!value->is_array() || value->size() > kMaxStopTokenIds) {
+        refuse("stop_token_ids",
+               fmt::format("'stop_token_ids' must be a list of at most {} token ids",
+                           kMaxStopTokenIds));
+    }
+    std::vector<TokenId> ids;
+    for (const nlohmann::json& id : *value) {
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+            id.get<int64_t>() >= limits.vocab_size) {
+            refuse("stop_token_ids", fmt::format("'stop_token_ids' must hold token ids in [0, {})",
+                                                 limits.vocab_size));
+        }
+        ids.push_back(TokenId(id.get<int64_t>()));
+    }
+    return ids;
+}
+
+// The scheduler's priority (smaller runs first, as in vLLM). Only a server
+// that schedules by it may take a non-zero one: elsewhere it would be
+// accepted and mean nothing.
+int32_t request_priority(const nlohmann::json& body, const ProtocolLimits& limits) {
+    const int32_t priority = int32_t(integer(body, "priority", 0, INT32_MIN, INT32_MAX));
+    if (priority != 0 && !limits.priority_scheduling) {
+        refuse("priority",
+               "'priority' needs a server started with --policy priority (this one schedules "
+               "without priorities)");
+    }
+    return priority;
 }
 
 // SamplingParams::logprobs from the two APIs' spellings. Chat: "logprobs":
@@ -211,14 +297,19 @@ std::string requested_model(const nlohmann::json& body,
     for (const std::string& served : served_model_names) {
         if (name == served) return name;
     }
+    throw ApiException(unknown_model_error(name, served_model_names));
+}
+
+ApiError unknown_model_error(const std::string& name,
+                             const std::vector<std::string>& served_model_names) {
     std::string known;
     for (const std::string& served : served_model_names) {
         known += (known.empty() ? "'" : ", '") + served + "'";
     }
-    throw ApiException(
-        ApiError{404, "invalid_request_error",
-                 fmt::format("the model '{}' does not exist; this server serves {}", name, known),
-                 "model", "model_not_found"});
+    return ApiError{
+        404, "invalid_request_error",
+        fmt::format("the model '{}' does not exist; this server serves {}", name, known), "model",
+        "model_not_found"};
 }
 
 ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const ProtocolLimits& limits) {
@@ -235,7 +326,9 @@ ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const Protoc
     p.temperature = float(number(body, "temperature", 1.0, 0.0, 2.0));
     p.top_p = float(number(body, "top_p", 1.0, 0.0, 1.0));
     if (p.top_p == 0.0f) refuse("top_p", "'top_p' must be greater than 0");
-    p.top_k = int32_t(integer(body, "top_k", 0, 0, limits.vocab_size));
+    // Any top_k <= 0 is off: vLLM's -1, and OpenAI-style clients' 0.
+    p.top_k =
+        int32_t(std::max<int64_t>(0, integer(body, "top_k", 0, INT32_MIN, limits.vocab_size)));
     p.min_p = float(number(body, "min_p", 0.0, 0.0, 1.0));
     p.repetition_penalty = float(number(body, "repetition_penalty", 1.0, 0.01, 10.0));
     p.presence_penalty = float(number(body, "presence_penalty", 0.0, -2.0, 2.0));
@@ -243,6 +336,7 @@ ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const Protoc
     p.logit_bias = logit_bias(body, limits);
     p.logprobs = requested_logprobs(body, chat);
     p.seed = uint64_t(integer(body, "seed", 0, INT64_MIN, INT64_MAX));
+    request.seed_given = field(body, "seed") != nullptr;
     const int64_t default_max = chat ? limits.context_length : limits.default_max_tokens;
     int64_t max_tokens = integer(body, "max_tokens", default_max, 1, limits.context_length);
     max_tokens = integer(body, "max_completion_tokens", max_tokens, 1, limits.context_length);
@@ -250,10 +344,12 @@ ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const Protoc
     request.max_tokens_given =
         field(body, "max_tokens") != nullptr || field(body, "max_completion_tokens") != nullptr;
     p.stop_strings = stop_strings(body);
+    p.stop_token_ids = stop_token_ids(body, limits);
     // An extension vLLM and llama.cpp share: benchmarks fix the output length.
     p.ignore_eos = boolean(body, "ignore_eos");
     p.min_tokens = int32_t(integer(body, "min_tokens", 0, 0, p.max_tokens));
     request.n = int32_t(integer(body, "n", 1, 1, limits.max_n));
+    request.priority = request_priority(body, limits);
     request.stream = boolean(body, "stream");
     if (const nlohmann::json* options = field(body, "stream_options")) {
         if (!options->is_object()) refuse("stream_options", "'stream_options' must be an object");
@@ -271,7 +367,38 @@ ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const Protoc
     } catch (const Error& e) {
         refuse("", e.what());
     }
+    request.ignored_fields = unknown_fields(body, known_fields(chat));
     return request;
+}
+
+std::vector<std::string> unknown_fields(const nlohmann::json& body,
+                                        const std::vector<std::string_view>& known) {
+    std::vector<std::string> unknown;
+    if (!body.is_object()) return unknown;
+    for (const auto& [name, value] : body.items()) {
+        if (std::find(known.begin(), known.end(), name) == known.end()) unknown.push_back(name);
+    }
+    return unknown;
+}
+
+std::string ignored_fields_line(const std::vector<std::string>& ignored_fields) {
+    constexpr size_t kMaxNames = 16;
+    constexpr size_t kMaxNameBytes = 64;
+    std::string line = "fields ignored:";
+    for (size_t i = 0; i < ignored_fields.size() && i < kMaxNames; ++i) {
+        // A name is the client's text: cut short, and no control byte may
+        // break the log line (or forge another).
+        std::string name = ignored_fields[i].substr(0, kMaxNameBytes);
+        for (char& c : name) {
+            if (uint8_t(c) < 0x20 || c == 0x7f) c = '?';
+        }
+        if (ignored_fields[i].size() > kMaxNameBytes) name += "...";
+        line += (i == 0 ? " " : ", ") + name;
+    }
+    if (ignored_fields.size() > kMaxNames) {
+        line += fmt::format(" and {} more", ignored_fields.size() - kMaxNames);
+    }
+    return line;
 }
 
 }  // namespace servelab

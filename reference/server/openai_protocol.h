@@ -10,17 +10,23 @@
 // ids) and /v1/chat/completions (messages with string or text-part
 // content); temperature, top_p, top_k, min_p, presence_penalty,
 // frequency_penalty, logit_bias, logprobs (and chat's top_logprobs),
-// max_tokens (or max_completion_tokens), stop, seed, n, stream,
-// stream_options.include_usage, and the extensions vLLM also accepts:
-// repetition_penalty, ignore_eos, min_tokens and return_token_ids. Fields
-// that would change the output in ways the engine cannot honour (tools,
-// echo, suffix, best_of) are refused, never silently ignored.
+// max_tokens (or max_completion_tokens), stop, seed (absent: the server
+// draws one per request), n, stream, stream_options.include_usage, echo
+// (false only), best_of (1 only), and the extensions vLLM also accepts:
+// repetition_penalty, ignore_eos, min_tokens, stop_token_ids, priority and
+// return_token_ids.
+// Fields that would change the output in ways the engine cannot honour
+// (kRefusedFields in the .cpp: tools, functions, suffix, best_of above 1,
+// echo: true, audio, web_search_options) are refused, never silently
+// ignored. Any other field is listed in ApiRequest::ignored_fields, which
+// the server logs (as vLLM warns).
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/common/error.h"
@@ -57,7 +63,14 @@ struct ProtocolLimits {
     int64_t vocab_size = 0;           // token-id prompts are checked against it
     int32_t default_max_tokens = 16;  // OpenAI's default for completions
     int32_t max_n = 16;
+    // The engine schedules by priority (--policy priority): only then may a
+    // request set a non-zero "priority" (vLLM refuses it otherwise too).
+    bool priority_scheduling = false;
 };
+
+// The most stop_token_ids one request may give (each generated token is
+// looked up among them).
+inline constexpr size_t kMaxStopTokenIds = 256;
 
 struct ApiRequest {
     bool chat = false;
@@ -68,13 +81,24 @@ struct ApiRequest {
     SamplingParams params;
     // false: max_tokens was not given, and the server fills the context (chat) after tokenizing
     bool max_tokens_given = false;
+    // false: "seed" was not given, and the server draws one (params.seed is 0 until then)
+    bool seed_given = false;
+    int32_t priority = 0;  // the scheduler's (--policy priority): smaller runs first
     int32_t n = 1;
     bool stream = false;
     bool include_usage = false;     // stream_options.include_usage
     bool return_token_ids = false;  // extension: prompt_token_ids and each choice's token_ids
     // What the output must match (structured_output_request.h); empty = free text.
     ConstraintSpec constraint;
+    // Top-level fields the server neither reads nor refuses, by name (a
+    // parsed body keeps its keys sorted): they change nothing, and the
+    // server logs them, one line per request.
+    std::vector<std::string> ignored_fields;
 };
+
+// 404 model_not_found for `name`, naming the served models.
+ApiError unknown_model_error(const std::string& name,
+                             const std::vector<std::string>& served_model_names);
 
 // The body's "model", which must be one of `served_model_names`: a server of
 // several models routes the request by it. Throws ApiException: 400 when the
@@ -85,5 +109,14 @@ std::string requested_model(const nlohmann::json& body,
 
 // Throws ApiException (status 400, or 404 for an unknown model).
 ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const ProtocolLimits& limits);
+
+// The fields of the object `body` that are not in `known`, by name.
+std::vector<std::string> unknown_fields(const nlohmann::json& body,
+                                        const std::vector<std::string_view>& known);
+
+// The log line for a request's ignored fields: "fields ignored: a, b", at
+// most 16 names of at most 64 bytes each, then how many more (a body may
+// hold thousands).
+std::string ignored_fields_line(const std::vector<std::string>& ignored_fields);
 
 }  // namespace servelab

@@ -101,10 +101,12 @@ nlohmann::json logprobs_json(bool chat, std::span<const SampledLogprobs> logprob
             {"text_offset", offsets}};
 }
 
-nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens,
+                          int64_t cached_prompt_tokens) {
     return {{"prompt_tokens", prompt_tokens},
             {"completion_tokens", completion_tokens},
-            {"total_tokens", prompt_tokens + completion_tokens}};
+            {"total_tokens", prompt_tokens + completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", cached_prompt_tokens}}}};
 }
 
 nlohmann::json completion_response(const ResponseHeader& header,
@@ -134,7 +136,8 @@ nlohmann::json completion_response(const ResponseHeader& header,
     }
     body["choices"] = choices;
     if (with_token_ids && !results.empty()) body["prompt_token_ids"] = results[0].prompt_tokens;
-    body["usage"] = usage_json(prompt_tokens, completion_tokens);
+    const int64_t cached_tokens = results.empty() ? 0 : results[0].cached_prompt_tokens;
+    body["usage"] = usage_json(prompt_tokens, completion_tokens, cached_tokens);
     return body;
 }
 
@@ -159,11 +162,11 @@ nlohmann::json stream_chunk(const ResponseHeader& header, int index, const std::
 }
 
 nlohmann::json usage_chunk(const ResponseHeader& header, int64_t prompt_tokens,
-                           int64_t completion_tokens) {
+                           int64_t completion_tokens, int64_t cached_prompt_tokens) {
     nlohmann::json body =
         header_json(header, header.chat ? "chat.completion.chunk" : "text_completion");
     body["choices"] = nlohmann::json::array();
-    body["usage"] = usage_json(prompt_tokens, completion_tokens);
+    body["usage"] = usage_json(prompt_tokens, completion_tokens, cached_prompt_tokens);
     return body;
 }
 

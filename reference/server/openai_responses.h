@@ -31,7 +31,13 @@ struct ResponseHeader {
 // U+FFFD instead of an error.
 std::string response_text(const nlohmann::json& body);
 
-nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+// {"prompt_tokens", "completion_tokens", "total_tokens",
+//  "prompt_tokens_details": {"cached_tokens"}}: cached_tokens are the prompt
+// tokens the prefix cache held (GenerationResult::cached_prompt_tokens),
+// whole blocks of them. A request of n choices computes its prompt once, so
+// they are counted once: choice 0's (its siblings fork its blocks).
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens,
+                          int64_t cached_prompt_tokens = 0);
 
 // A choice's "logprobs" for `logprobs` (its tokens in order), in the
 // header's API shape. Chat: {"content": [{"token", "logprob", "bytes",
@@ -62,6 +68,6 @@ nlohmann::json stream_chunk(const ResponseHeader& header, int index, const std::
                             const nlohmann::json& logprobs = nullptr);
 // The usage chunk (stream_options.include_usage): no choices, usage set.
 nlohmann::json usage_chunk(const ResponseHeader& header, int64_t prompt_tokens,
-                           int64_t completion_tokens);
+                           int64_t completion_tokens, int64_t cached_prompt_tokens = 0);
 
 }  // namespace servelab

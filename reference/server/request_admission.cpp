@@ -2,6 +2,7 @@
 #include "reference/server/request_admission.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <string>
 
@@ -18,6 +19,19 @@ ModelRoute& route_named(const std::vector<std::unique_ptr<ModelRoute>>& routes,
     throw Error("no route for model " + model_name);  // requested_model() checked the name
 }
 
+// n choices are admitted together; more than the queue holds could never
+// be, however idle the server.
+std::optional<ApiError> too_many_choices(int32_t n, int64_t max_waiting) {
+    if (n <= max_waiting) return std::nullopt;
+    return ApiError{400, "invalid_request_error",
+                    fmt::format("n = {} choices can never be admitted together: the "
+                                "server queues at most {} (--max-waiting)",
+                                n, max_waiting),
+                    "n", ""};
+}
+
+}  // namespace
+
 ModelRoute& route_for(const nlohmann::json& body,
                       const std::vector<std::unique_ptr<ModelRoute>>& routes) {
     std::vector<std::string> names;
@@ -25,7 +39,6 @@ ModelRoute& route_for(const nlohmann::json& body,
     return route_named(routes, requested_model(body, names));
 }
 
-// The one front door's view of an API request (request_builder.h).
 RequestSpec spec_of(const ApiRequest& request) {
     RequestSpec spec;
     if (request.chat) {
@@ -42,29 +55,24 @@ RequestSpec spec_of(const ApiRequest& request) {
     spec.max_tokens_given = request.max_tokens_given;
     spec.num_completions = request.n;
     spec.constraint = request.constraint;
+    spec.priority = request.priority;
     return spec;
 }
 
-// n choices are admitted together; more than the queue holds could never
-// be, however idle the server.
-std::optional<ApiError> too_many_choices(int32_t n, int64_t max_waiting) {
-    if (n <= max_waiting) return std::nullopt;
-    return ApiError{400, "invalid_request_error",
-                    fmt::format("n = {} choices can never be admitted together: the "
-                                "server queues at most {} (--max-waiting)",
-                                n, max_waiting),
-                    "n", ""};
-}
-
-}  // namespace
-
 std::optional<ApiError> admit_request(std::string_view body, bool chat,
                                       const std::vector<std::unique_ptr<ModelRoute>>& routes,
-                                      Admission& admission) {
+                                      FreshSeeds& seeds, Admission& admission) {
     try {
         const nlohmann::json json = parse_request_json(body);
         admission.route = &route_for(json, routes);
         admission.request = parse_api_request(json, chat, admission.route->limits);
+        // Drawn once per request, so its n choices are still seed + i.
+        if (!admission.request.seed_given) admission.request.params.seed = seeds.next();
+        if (!admission.request.ignored_fields.empty()) {
+            spdlog::warn("{} {}: {}", chat ? "/v1/chat/completions" : "/v1/completions",
+                         admission.route->name,
+                         ignored_fields_line(admission.request.ignored_fields));
+        }
         admission.engine_request = admission.route->builder.build(spec_of(admission.request));
     } catch (const ApiException& e) {
         return e.error();

@@ -97,13 +97,17 @@ bool SseStream::write_end(size_t index, const StreamEvent& event, httplib::DataS
         route_.metrics.record(*event.result);
     }
     completion_tokens_ += int64_t(event.result->tokens.size());
+    if (index == 0) cached_prompt_tokens_ = event.result->cached_prompt_tokens;
     return send(sink,
                 sse(stream_chunk(header_, int(index), "",
                                  finish_reason_name(event.result->finish_reason), choice.first)));
 }
 
 void SseStream::finish(httplib::DataSink& sink) {
-    if (include_usage_) send(sink, sse(usage_chunk(header_, prompt_tokens_, completion_tokens_)));
+    if (include_usage_) {
+        send(sink,
+             sse(usage_chunk(header_, prompt_tokens_, completion_tokens_, cached_prompt_tokens_)));
+    }
     send(sink, "data: [DONE]\n\n");
     sink.done();
     outcome_recorded_ = true;

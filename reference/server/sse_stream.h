@@ -85,7 +85,8 @@ class SseStream {
     HttpMetrics& http_metrics_;
     std::atomic<int64_t>& in_flight_;
 
-    int64_t completion_tokens_ = 0;  // over every choice, for the usage chunk
+    int64_t completion_tokens_ = 0;     // over every choice, for the usage chunk
+    int64_t cached_prompt_tokens_ = 0;  // choice 0's: the prompt's, counted once
     size_t num_ended_ = 0;
     bool cut_short_ = false;         // a choice ended "cancelled" (the drain timed out)
     bool failed_ = false;            // the engine refused a choice

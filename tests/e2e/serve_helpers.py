@@ -75,9 +75,12 @@ class Server:
         return proc_status_bytes(self.process.pid, "VmHWM")
 
     def stop(self, timeout=60):
+        """SIGTERM, then the exit status must be 0; returns the rest of the server's log."""
         self.process.send_signal(signal.SIGTERM)
         rc = self.process.wait(timeout=timeout)
-        assert rc == 0, ("exit status after SIGTERM", rc, self.process.stdout.read()[-2000:])
+        log = self.process.stdout.read()
+        assert rc == 0, ("exit status after SIGTERM", rc, log[-2000:])
+        return log
 
 
 def read_http_response(sock, buffer=b""):

@@ -419,8 +419,7 @@ def check_kv_share(servelab, model, folder):
     server = Server(servelab, extra=["--kv-share", "1e308,1e308"],
                     models=[(model, "a"), (model, "b")])
     try:
-        server.stop()
-        log = server.process.stdout.read()
+        log = server.stop()
         lines = [line for line in log.splitlines() if "'a': weights" in line or
                  "'b': weights" in line]
         if len(lines) != 2 or any("-" in line.split("KV", 1)[1].split("=")[0] for line in lines):

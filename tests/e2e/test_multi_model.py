@@ -165,8 +165,7 @@ def main():
             check_labelled_metrics(server)
             check_saturation_bound(server, args.servelab, tiny)
         finally:
-            server.stop()
-        log = server.process.stdout.read()
+            log = server.stop()
         assert "split for the same number of tokens per model" in log, log[-3000:]
         assert "'smol': weights" in log and "'tiny': weights" in log, log[-3000:]
         print("  the KV budget split is shown at start: ok")

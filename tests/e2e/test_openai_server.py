@@ -12,7 +12,14 @@ Starts the server on a free port with a generated tiny model and checks:
   * a bounded fuzz run of malformed HTTP leaves the server alive;
   * SIGTERM drains and exits 0;
   * --special-tokens-in-messages text keeps a message's "<|im_start|>" plain text;
-  * logprobs / top_logprobs in both APIs' shapes, whole and streamed.
+  * logprobs / top_logprobs in both APIs' shapes, whole and streamed;
+  * no seed draws a fresh one per request, a seed stays reproducible; top_k -1 is
+    off, echo false accepted, stop_token_ids end the output, priority is refused
+    without --policy priority and orders the queue with it;
+  * /tokenize gives the prompt generation computes, /detokenize goes back,
+    /v1/models/{id}; usage.prompt_tokens_details.cached_tokens;
+  * every field docs/serving.md says is refused gets a 400 naming it, and
+    fields the server does not know are named in one log line per request.
 The hostile-client cases are test_server_reliability.py's.
 Usage: test_openai_server.py --servelab build/release/servelab
 """
@@ -21,10 +28,12 @@ import concurrent.futures
 import json
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -135,8 +144,10 @@ def check_concurrent(server, servelab, model, num_clients=64):
 
 def check_disconnect(server):
     before = server.metric("servelab_request_cancelled_total")
+    # ignore_eos: without a seed the server draws one, and an early end-of-generation token
+    # would finish the request before the client leaves.
     stream = server.client().completions.create(model="tiny", prompt="abc", max_tokens=3000,
-                                                stream=True)
+                                                stream=True, extra_body={"ignore_eos": True})
     for i, _ in enumerate(stream):
         if i == 2:
             break
@@ -330,6 +341,236 @@ def check_special_tokens(parse_server, servelab, model):
     print(f"  special tokens in messages: parsed {parsed} tokens, as text {as_text}: ok")
 
 
+def served_ids(client, **fields):
+    """A completion's token ids (return_token_ids), and the whole reply."""
+    extra = dict(fields.pop("extra_body", {}), return_token_ids=True)
+    reply = client.completions.create(model="tiny", extra_body=extra, **fields)
+    return reply.to_dict()["choices"][0]["token_ids"], reply
+
+
+def check_fresh_seeds(server):
+    """No seed: a fresh one per request, so identical sampled requests differ; a seed stays
+    reproducible, and n choices of a request differ from each other either way."""
+    client = server.client()
+    ask = dict(prompt="abc", max_tokens=64, temperature=1.0, extra_body={"ignore_eos": True})
+    unseeded = [served_ids(client, **ask)[0] for _ in range(2)]
+    # 64 tokens drawn at temperature 1 from the random model's flat distributions: two
+    # runs with one seed would agree; two fresh seeds agree with probability ~0.
+    assert unseeded[0] != unseeded[1], ("two requests without a seed gave the same tokens",
+                                        unseeded)
+    seeded = [served_ids(client, seed=11, **ask)[0] for _ in range(2)]
+    assert seeded[0] == seeded[1], ("one seed gave different tokens", seeded)
+    two = client.completions.create(model="tiny", n=2, **ask)
+    assert two.choices[0].text != two.choices[1].text, ("n = 2 without a seed: equal choices",
+                                                        two)
+    print("  no seed: fresh per request (64 sampled tokens differ); seed 11 twice: equal: ok")
+
+
+def check_sampling_extensions(server):
+    """top_k -1 (vLLM's off), echo: false, stop_token_ids, through the official client."""
+    client = server.client()
+    ask = dict(prompt="one two three", max_tokens=12, temperature=0.9, seed=4,
+               extra_body={"ignore_eos": True})
+    plain, _ = served_ids(client, **ask)
+    off, _ = served_ids(client, **dict(ask, extra_body={"ignore_eos": True, "top_k": -1}))
+    zero, _ = served_ids(client, **dict(ask, extra_body={"ignore_eos": True, "top_k": 0}))
+    assert plain == off == zero, ("top_k -1 and 0 must be off", plain, off, zero)
+    echoed, _ = served_ids(client, echo=False, best_of=1, **ask)
+    assert echoed == plain, ("echo: false, best_of: 1 changed the output", plain, echoed)
+    # Stop at the first token that did not occur before it, at position >= 2.
+    position = next(i for i in range(2, len(plain)) if plain[i] not in plain[:i])
+    stop_id = plain[position]
+    ids, reply = served_ids(client, **dict(ask, extra_body={"stop_token_ids": [stop_id]}))
+    assert ids == plain[:position + 1], ("stop_token_ids did not end at the id", plain, stop_id,
+                                         ids)
+    assert reply.choices[0].finish_reason == "stop", reply
+    for bad in ([10 ** 6], "5", list(range(257))):
+        try:
+            client.completions.create(model="tiny", prompt="a", max_tokens=2,
+                                      extra_body={"stop_token_ids": bad})
+            sys.exit(f"stop_token_ids {str(bad)[:40]} was accepted")
+        except openai.BadRequestError as error:
+            assert error.body["param"] == "stop_token_ids", error.body
+    print(f"  top_k -1 and 0 are off; echo: false and best_of: 1 accepted; stop_token_ids [{stop_id}] ended the "
+          f"output at token {position + 1}; bad ones 400: ok")
+
+
+def check_priority(servelab, model, fcfs_server):
+    """priority: refused (400 naming --policy priority) by a server that does not schedule by
+    it; under --policy priority with one running slot, the smaller priority runs first."""
+    try:
+        fcfs_server.client().completions.create(model="tiny", prompt="a", max_tokens=2,
+                                                extra_body={"priority": 3})
+        sys.exit("a priority was accepted by a server without --policy priority")
+    except openai.BadRequestError as error:
+        assert "--policy priority" in str(error) and error.body["param"] == "priority", error
+    server = Server(servelab, model, ["--policy", "priority", "--max-num-seqs", "1"])
+    try:
+        client = server.client()
+        # The one running slot is taken by a long stream while the two others queue.
+        blocker = client.completions.create(model="tiny", prompt="hold", max_tokens=3000,
+                                            stream=True, extra_body={"ignore_eos": True})
+        next(iter(blocker))
+        finished = []
+
+        def ask(priority):
+            client.completions.create(model="tiny", prompt=f"p{priority}", max_tokens=20,
+                                      temperature=0,
+                                      extra_body={"ignore_eos": True, "priority": priority})
+            finished.append(priority)
+
+        threads = []
+        for waiting, priority in ((1, 10), (2, -10)):  # the urgent one is sent last
+            threads.append(threading.Thread(target=ask, args=(priority,)))
+            threads[-1].start()
+            for _ in range(200):
+                if server.metric("servelab_num_requests_waiting") >= waiting:
+                    break
+                time.sleep(0.02)
+            else:
+                sys.exit(f"request of priority {priority} never queued")
+        blocker.close()  # the client leaves: its slot frees, and the scheduler picks
+        for thread in threads:
+            thread.join(60)
+        assert finished == [-10, 10], ("under --policy priority, priority -10 should run "
+                                       "before 10 (sent first)", finished)
+    finally:
+        server.stop()
+    print("  priority: 400 naming --policy priority without it; with it, -10 ran before an "
+          "earlier 10: ok")
+
+
+def post_json(url, body):
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def check_tokenizer_routes(server):
+    """/tokenize gives the prompt generation computes; /detokenize goes back;
+    /v1/models/{id} is the model object, an unknown id 404."""
+    client = server.client()
+    reply = client.completions.create(model="tiny", prompt="The cache holds", max_tokens=2,
+                                      extra_body={"return_token_ids": True}).to_dict()
+    status, tokens = post_json(server.url + "/tokenize", {"model": "tiny",
+                                                          "prompt": "The cache holds"})
+    assert status == 200 and tokens["tokens"] == reply["prompt_token_ids"], (tokens, reply)
+    assert tokens["count"] == len(tokens["tokens"]) and tokens["max_model_len"] == 4096, tokens
+    messages = [{"role": "user", "content": "Hi <there>"}]
+    chat = client.chat.completions.create(model="tiny", messages=messages, max_tokens=2,
+                                          extra_body={"return_token_ids": True}).to_dict()
+    status, chat_tokens = post_json(server.url + "/tokenize", {"model": "tiny",
+                                                               "messages": messages})
+    assert status == 200 and chat_tokens["tokens"] == chat["prompt_token_ids"], (chat_tokens,
+                                                                                 chat)
+    status, closed = post_json(server.url + "/tokenize", {"model": "tiny", "messages": messages,
+                                                          "add_generation_prompt": False})
+    assert closed["count"] < chat_tokens["count"], (closed, chat_tokens)
+    status, text = post_json(server.url + "/detokenize", {"model": "tiny",
+                                                          "tokens": tokens["tokens"]})
+    assert status == 200 and text["prompt"].endswith("The cache holds"), text
+    status, rendered = post_json(server.url + "/detokenize", {"model": "tiny",
+                                                              "tokens": chat_tokens["tokens"]})
+    assert "Hi <there>" in rendered["prompt"] and "<|im_start|>" in rendered["prompt"], rendered
+    for route, body in (("/tokenize", {"model": "gpt-4", "prompt": "a"}),
+                        ("/detokenize", {"model": "tiny", "tokens": [10 ** 6]})):
+        status, error = post_json(server.url + route, body)
+        assert status in (400, 404) and "message" in error["error"], (route, status, error)
+    model = client.models.retrieve("tiny")
+    assert model.id == "tiny" and model.object == "model", model
+    try:
+        client.models.retrieve("gpt-4")
+        sys.exit("/v1/models/gpt-4 was found")
+    except openai.NotFoundError as error:
+        assert error.body["code"] == "model_not_found", error.body
+    print(f"  /tokenize = the prompt generation computes (text {tokens['count']}, chat "
+          f"{chat_tokens['count']} tokens); /detokenize; /v1/models/tiny, unknown 404: ok")
+
+
+def check_cached_tokens(server):
+    """usage.prompt_tokens_details.cached_tokens: 0 for a new prompt, whole blocks of it the
+    second time, whole and streamed."""
+    client = server.client()
+    prompt = [random.Random(47).randrange(1, 250) for _ in range(100)]
+    first = client.completions.create(model="tiny", prompt=prompt, max_tokens=2)
+    second = client.completions.create(model="tiny", prompt=prompt, max_tokens=2)
+    streamed = [c.usage for c in client.completions.create(
+        model="tiny", prompt=prompt, max_tokens=2, stream=True,
+        stream_options={"include_usage": True}) if c.usage]
+    cached = [first.usage.prompt_tokens_details.cached_tokens,
+              second.usage.prompt_tokens_details.cached_tokens,
+              streamed[0].prompt_tokens_details.cached_tokens]
+    assert cached[0] == 0, ("a new prompt reported cached tokens", cached)
+    for count in cached[1:]:
+        assert 0 < count <= len(prompt) and count % 16 == 0, \
+            ("the repeated prompt's cached tokens should be whole 16-token blocks", cached)
+    print(f"  cached_tokens: {cached[0]}, then {cached[1]} (whole), {cached[2]} (streamed) of "
+          f"{len(prompt)}: ok")
+
+
+SERVING_DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs",
+                           "serving.md")
+# What to send for each refused field; a field the doc lists without a value here fails.
+REFUSED_VALUES = {
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+    "functions": [{"name": "f", "parameters": {}}],
+    "suffix": "end", "best_of": 2, "echo": True, "audio": {"voice": "alloy", "format": "wav"},
+    "web_search_options": {},
+}
+
+
+def refused_fields_in_doc():
+    """The names docs/serving.md lists after "reads the list below and sends each):"."""
+    text = open(SERVING_DOC).read()
+    start = text.index("reads the list below and sends each):")
+    paragraph = text[start:text.index("\n\n", start)]
+    names = re.findall(r"`([a-z_]+)`", paragraph.split("):", 1)[1])
+    assert names, "docs/serving.md lists no refused field"
+    return names
+
+
+def check_refused_fields(server):
+    """Every field docs/serving.md says is refused gets a 400 naming it, in both APIs."""
+    client = server.client()
+    names = refused_fields_in_doc()
+    for name in names:
+        assert name in REFUSED_VALUES, f"docs/serving.md refuses '{name}': give it a value to send"
+        for chat in (False, True):
+            try:
+                if chat:
+                    client.chat.completions.create(
+                        model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=2,
+                        extra_body={name: REFUSED_VALUES[name]})
+                else:
+                    client.completions.create(model="tiny", prompt="x", max_tokens=2,
+                                              extra_body={name: REFUSED_VALUES[name]})
+                sys.exit(f"'{name}' was accepted ({'chat' if chat else 'completions'}); "
+                         f"docs/serving.md says it is refused")
+            except openai.BadRequestError as error:
+                assert error.body["param"] == name and name in error.body["message"], error.body
+    print(f"  refused as docs/serving.md says, in both APIs: {', '.join(names)}: ok")
+
+
+def send_ignored_fields(server):
+    """A request with fields the server does not know: answered, and (checked in the log
+    after the server stops) named in one warning line."""
+    reply = server.client().completions.create(model="tiny", prompt="a", max_tokens=2, user="u",
+                                               extra_body={"zz_not_a_field": 1})
+    assert reply.usage.completion_tokens >= 1
+
+
+def check_ignored_fields_logged(log):
+    lines = [line for line in log.splitlines() if "fields ignored:" in line]
+    wanted = [line for line in lines if line.endswith("fields ignored: user, zz_not_a_field")]
+    assert len(wanted) == 1, ("one warning line should name the request's ignored fields",
+                              lines[-5:])
+    print(f"  ignored fields logged once per request: {wanted[0].split('] ', 1)[-1]}: ok")
+
+
 def check_fuzz(server, rounds=300):
     rng = random.Random(11)
     bodies = [b"", b"{", b"[]", b"null", b'{"model": 1}', b'{"model": "tiny", "prompt": {}}',
@@ -401,10 +642,18 @@ def main():
             check_speculative_serving(server, args.servelab, model)
             check_penalties_and_bias(server, args.servelab, model)
             check_logprobs(server)
+            check_fresh_seeds(server)
+            check_sampling_extensions(server)
+            check_tokenizer_routes(server)
+            check_cached_tokens(server)
+            check_refused_fields(server)
+            send_ignored_fields(server)
+            check_priority(args.servelab, model, server)
             check_fuzz(server)
         finally:
-            server.stop()
+            log = server.stop()
         print("  SIGTERM: drained and exited 0: ok")
+        check_ignored_fields_logged(log)
         keyed = Server(args.servelab, model, ["--api-key", "secret"])
         try:
             try:
@@ -413,7 +662,9 @@ def main():
             except openai.AuthenticationError:
                 pass
             assert keyed.client("secret").models.list().data[0].id == "tiny"
-            print("  API key: ok")
+            status, body = post_json(keyed.url + "/tokenize", {"model": "tiny", "prompt": "a"})
+            assert status == 401 and "message" in body["error"], (status, body)
+            print("  API key (/v1/* and /tokenize): ok")
         finally:
             keyed.stop()
         # Without chunked prefill a prompt over the token budget could never be

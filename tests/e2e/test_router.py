@@ -11,8 +11,9 @@ Two checks, each its own ctest entry (--check):
                   succeeds; the router's /health and /metrics show the replica
                   out; every answer equals the one a replica gives directly
                   (greedy). Also: a client that leaves a stream cancels it on the
-                  replica, the OpenAI-style 400 / 404 / 413 / 503 bodies, the
-                  CLI's one-line refusals, and SIGTERM exiting 0.
+                  replica, the OpenAI-style 400 / 404 / 413 / 503 bodies, /tokenize,
+                  /detokenize and /v1/models/{id} forwarded, the CLI's one-line
+                  refusals, and SIGTERM exiting 0.
   cache_aware     three SmolLM2 replicas with small KV pools (each holds about 2 of
                   the trace's 6 system prompts), the same shared-system-prompt
                   trace through a round-robin router and then, on fresh replicas,
@@ -222,6 +223,7 @@ def check_killed_backend(servelab, folder):
                         ["--health-interval", "0.2"], folder)
         client = router.client(timeout=60)
         check_front_errors(router)
+        check_forwarded_routes(router, replicas[0])
 
         # Three long streams, one per replica (round robin, nothing else in flight).
         long_results = {}
@@ -340,6 +342,30 @@ def check_front_errors(router):
           "404 relayed: ok")
 
 
+def check_forwarded_routes(router, replica):
+    """/tokenize, /detokenize and /v1/models/{id} through the router answer as a replica does
+    (and its 404 for an unknown model is relayed)."""
+    bodies = [("/tokenize", {"model": "tiny", "prompt": "the river"}),
+              ("/tokenize", {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}),
+              ("/detokenize", {"model": "tiny", "tokens": [1, 80, 90, 100]}),
+              ("/tokenize", {"model": "gpt-4", "prompt": "a"})]
+    for path, body in bodies:
+        encoded = json.dumps(body).encode()
+        direct = post(replica.url + path, encoded)
+        routed = post(router.url + path, encoded)
+        assert routed == direct, (path, body, routed, direct)
+    assert direct[0] == 404 and direct[1]["error"]["code"] == "model_not_found", direct
+    model = router.client().models.retrieve("tiny")
+    assert model.id == "tiny" and model.object == "model", model
+    try:
+        router.client().models.retrieve("gpt-4")
+        sys.exit("the router found /v1/models/gpt-4")
+    except openai.NotFoundError as error:
+        assert error.body["code"] == "model_not_found", error.body
+    print("  router: /tokenize, /detokenize and /v1/models/{id} answer as the replica does "
+          "(its 404 relayed): ok")
+
+
 def check_api_key(servelab, replicas, folder):
     keyed = Router(servelab, [r.url for r in replicas], "cache-aware", ["--api-key", "secret"],
                    folder)
@@ -351,6 +377,9 @@ def check_api_key(servelab, replicas, folder):
             assert error.body and "message" in error.body, error.body
         keyed_client = openai.OpenAI(base_url=keyed.url + "/v1", api_key="secret", max_retries=0)
         assert [m.id for m in keyed_client.models.list().data] == ["tiny"]
+        status, body = post(keyed.url + "/tokenize",
+                            json.dumps({"model": "tiny", "prompt": "a"}).encode())
+        assert_openai_error(status, body, 401)
     finally:
         keyed.stop()
     print("  --api-key: 401 without it, served with it: ok")

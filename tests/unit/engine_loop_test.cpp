@@ -194,6 +194,55 @@ TEST_F(EngineLoopTest, AGroupIsAdmittedWholeOrNotAtAllAndComputesItsPromptOnce) 
         << "the 3 choices' prompt must be computed once (forked), not 3 times";
 }
 
+// The order in which `groups` (each a request's streams) end, stepping the
+// loop on this thread: a group has ended when all its choices have.
+std::vector<int> end_order(EngineLoop& loop,
+                           const std::vector<std::vector<std::shared_ptr<RequestStream>>>& groups) {
+    std::vector<int> order;
+    std::vector<size_t> ended(groups.size(), 0);
+    for (int turn = 0; turn < 1000 && order.size() < groups.size(); ++turn) {
+        loop.turn();
+        for (size_t g = 0; g < groups.size(); ++g) {
+            for (const auto& stream : groups[g]) {
+                StreamEvent event;
+                while (stream->next(event, std::chrono::milliseconds(0))) {
+                    if (event.kind == StreamEvent::Kind::kEnd) {
+                        EXPECT_TRUE(event.result.has_value()) << event.error;
+                        if (++ended[g] == groups[g].size()) order.push_back(int(g));
+                    }
+                }
+            }
+        }
+    }
+    return order;
+}
+
+TEST_F(EngineLoopTest, ASubmissionsPriorityReachesThePriorityScheduler) {
+    for (const SchedulingPolicy policy : {SchedulingPolicy::kPriority, SchedulingPolicy::kFcfs}) {
+        EngineConfig config;
+        config.scheduler.policy = policy;
+        config.scheduler.max_num_seqs = 1;  // one at a time: admission order is end order
+        Engine engine(*model_, *runner_, config);
+        EngineLoop loop(engine, {});
+        EXPECT_EQ(loop.scheduling_policy(), policy);
+        SamplingParams params;
+        params.max_tokens = 3;
+        params.ignore_eos = true;
+        // Queued together before the first turn: the scheduler sees all three waiting.
+        const std::vector<std::vector<std::shared_ptr<RequestStream>>> groups = {
+            loop.submit_group(random_prompt(4), params, 1, /*priority=*/0),
+            loop.submit_group(random_prompt(4), params, 1, /*priority=*/5),
+            loop.submit_group(random_prompt(4), params, 2, /*priority=*/-5)};
+        const std::vector<int> order = end_order(loop, groups);
+        if (policy == SchedulingPolicy::kPriority) {
+            EXPECT_EQ(order, (std::vector<int>{2, 0, 1}))
+                << "smaller priority first, its two choices together, then 0, then 5";
+        } else {
+            EXPECT_EQ(order, (std::vector<int>{0, 1, 2})) << "FCFS ignores priorities";
+        }
+    }
+}
+
 // A runner that holds every forward pass until opened, so that a step is
 // still computing when the gauges are read.
 class GatedRunner : public StepRunner {

@@ -2,9 +2,14 @@
 //
 // Serving layer (issue 10). Each bad field gets status, type and param the
 // way OpenAI's own API reports them, so real clients raise the right error.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <set>
+
 #include "reference/server/openai_protocol.h"
+#include "tests/unit/test_util.h"
 
 namespace servelab {
 namespace {
@@ -149,6 +154,156 @@ TEST(OpenAiProtocol, LogprobsInBothAPIsSpellings) {
     const char* chat_top = R"({"model": "smollm2", "messages": [{"role": "user", "content": "x"}],
         "logprobs": true, "top_logprobs": 20})";
     EXPECT_EQ(params_of(chat_top, true).logprobs, 20);
+}
+
+ApiRequest parsed(const std::string& body_text, bool chat = false,
+                  const ProtocolLimits& limits = kLimits) {
+    return parse_api_request(nlohmann::json::parse(body_text), chat, limits);
+}
+
+TEST(OpenAiProtocol, TopKAtOrBelowZeroIsOffAsInVllm) {
+    for (const char* top_k : {"-1", "0", "-7"}) {
+        EXPECT_EQ(
+            parsed(fmt::format(R"({{"model": "smollm2", "prompt": "x", "top_k": {}}})", top_k))
+                .params.top_k,
+            0)
+            << "top_k " << top_k;
+    }
+    EXPECT_EQ(parsed(R"({"model": "smollm2", "prompt": "x", "top_k": 40})").params.top_k, 40);
+    EXPECT_EQ(error_of(R"({"model": "smollm2", "prompt": "x", "top_k": 1001})", false).param,
+              "top_k")
+        << "more than the vocabulary is an error, not a silent cap";
+}
+
+TEST(OpenAiProtocol, EchoFalseAndBestOf1AreAcceptedAndOtherValuesRefusedNamingThem) {
+    EXPECT_EQ(parsed(R"({"model": "smollm2", "prompt": "x", "echo": false})").prompt_text, "x");
+    const ApiError on = error_of(R"({"model": "smollm2", "prompt": "x", "echo": true})", false);
+    EXPECT_EQ(on.param, "echo");
+    EXPECT_NE(on.message.find("echo"), std::string::npos) << on.message;
+    EXPECT_EQ(error_of(R"({"model": "smollm2", "prompt": "x", "echo": "no"})", false).param,
+              "echo");
+    EXPECT_EQ(parsed(R"({"model": "smollm2", "prompt": "x", "best_of": 1})").n, 1)
+        << "best_of 1 is one sample, what the server does anyway";
+    for (const char* body : {R"({"model": "smollm2", "prompt": "x", "best_of": 2})",
+                             R"({"model": "smollm2", "prompt": "x", "audio": {}})",
+                             R"({"model": "smollm2", "prompt": "x", "suffix": ""})"}) {
+        const ApiError error = error_of(body, false);
+        EXPECT_FALSE(error.param.empty()) << body;
+        EXPECT_NE(error.message.find(error.param), std::string::npos) << body;
+    }
+}
+
+TEST(OpenAiProtocol, StopTokenIdsAreTokenIdsOfTheVocabularyAndBounded) {
+    EXPECT_EQ(parsed(R"({"model": "smollm2", "prompt": "x", "stop_token_ids": [3, 999]})")
+                  .params.stop_token_ids,
+              (std::vector<TokenId>{3, 999}));
+    EXPECT_TRUE(parsed(R"({"model": "smollm2", "prompt": "x"})").params.stop_token_ids.empty());
+    nlohmann::json too_many = {{"model", "smollm2"}, {"prompt", "x"}};
+    too_many["stop_token_ids"] = std::vector<int>(kMaxStopTokenIds + 1, 7);
+    for (const std::string& body :
+         {std::string(R"({"model": "smollm2", "prompt": "x", "stop_token_ids": [1000]})"),
+          std::string(R"({"model": "smollm2", "prompt": "x", "stop_token_ids": [-1]})"),
+          std::string(R"({"model": "smollm2", "prompt": "x", "stop_token_ids": ["a"]})"),
+          std::string(R"({"model": "smollm2", "prompt": "x", "stop_token_ids": 5})"),
+          too_many.dump()}) {
+        EXPECT_EQ(error_of(body, false).param, "stop_token_ids") << body.substr(0, 80);
+    }
+}
+
+TEST(OpenAiProtocol, PriorityNeedsAServerThatSchedulesByIt) {
+    ProtocolLimits by_priority = kLimits;
+    by_priority.priority_scheduling = true;
+    EXPECT_EQ(parsed(R"({"model": "smollm2", "prompt": "x", "priority": -7})", false, by_priority)
+                  .priority,
+              -7);
+    EXPECT_EQ(parsed(R"({"model": "smollm2", "prompt": "x"})", false, by_priority).priority, 0);
+    EXPECT_EQ(parsed(R"({"model": "smollm2", "prompt": "x", "priority": 0})").priority, 0)
+        << "the default priority means nothing to refuse, whatever the policy";
+    const ApiError refused =
+        error_of(R"({"model": "smollm2", "prompt": "x", "priority": 3})", false);
+    EXPECT_EQ(refused.param, "priority");
+    EXPECT_NE(refused.message.find("--policy priority"), std::string::npos) << refused.message;
+    try {
+        parsed(R"({"model": "smollm2", "prompt": "x", "priority": 2147483648})", false,
+               by_priority);
+        ADD_FAILURE() << "a priority outside int32 was accepted";
+    } catch (const ApiException& e) {
+        EXPECT_EQ(e.error().param, "priority");
+    }
+}
+
+TEST(OpenAiProtocol, AnAbsentSeedIsMarkedForTheServerToDraw) {
+    EXPECT_FALSE(parsed(R"({"model": "smollm2", "prompt": "x"})").seed_given);
+    const ApiRequest seeded = parsed(R"({"model": "smollm2", "prompt": "x", "seed": 0})");
+    EXPECT_TRUE(seeded.seed_given) << "seed 0 is a seed like any other";
+    EXPECT_EQ(seeded.params.seed, 0u);
+}
+
+// The fields each API reads or refuses, written out apart from the parser.
+const std::vector<std::string> kHonouredFields = {
+    // the request
+    "model", "n", "stream", "stream_options", "return_token_ids", "priority",
+    // the sampler
+    "temperature", "top_p", "top_k", "min_p", "seed", "logit_bias", "repetition_penalty",
+    "presence_penalty", "frequency_penalty",
+    // the length and the stops
+    "max_tokens", "max_completion_tokens", "min_tokens", "ignore_eos", "stop", "stop_token_ids",
+    // log-probabilities; and refused unless set to what is done anyway
+    "logprobs", "top_logprobs", "echo", "best_of"};
+
+TEST(OpenAiProtocol, EveryFieldOutsideTheKnownOnesIsListedAsIgnoredOnce) {
+    test::RandomSource random;
+    SCOPED_TRACE(random.trace());
+    const std::vector<std::string> unknown_pool = {"user", "metadata", "store", "service_tier",
+                                                   "zzz",  "Model",    "top-p", "x y"};
+    for (int round = 0; round < 50; ++round) {
+        const bool chat = random.integer(0, 1) == 1;
+        nlohmann::json body = {{"model", "smollm2"}};
+        if (chat) {
+            body["messages"] = {{{"role", "user"}, {"content", "x"}}};
+        } else {
+            body["prompt"] = "x";
+        }
+        // Known fields at their defaults change nothing, so any subset parses.
+        if (random.integer(0, 1)) body["temperature"] = 0.5;
+        if (random.integer(0, 1)) body["stop_token_ids"] = {1};
+        if (random.integer(0, 1)) body["echo"] = false;
+        if (random.integer(0, 1)) body["best_of"] = 1;
+        if (random.integer(0, 1)) body["max_completion_tokens"] = 3;
+        std::set<std::string> expected;
+        for (const std::string& name : unknown_pool) {
+            if (random.integer(0, 2) == 0) {
+                body[name] = random.integer(0, 1) ? nlohmann::json(1) : nlohmann::json("v");
+                expected.insert(name);
+            }
+        }
+        // The other API's prompt field is not this one's.
+        if (random.integer(0, 3) == 0) {
+            body[chat ? "prompt" : "messages"] = "y";
+            expected.insert(chat ? "prompt" : "messages");
+        }
+        const ApiRequest request = parse_api_request(body, chat, kLimits);
+        const std::set<std::string> listed(request.ignored_fields.begin(),
+                                           request.ignored_fields.end());
+        EXPECT_EQ(listed, expected) << body.dump();
+        EXPECT_EQ(listed.size(), request.ignored_fields.size()) << "a field listed twice";
+        for (const std::string& name : kHonouredFields) {
+            EXPECT_EQ(listed.count(name), 0u) << name << " is read, not ignored";
+        }
+    }
+}
+
+TEST(OpenAiProtocol, TheIgnoredFieldsLineIsBoundedAndOneLine) {
+    EXPECT_EQ(ignored_fields_line({"user", "store"}), "fields ignored: user, store");
+    std::vector<std::string> many;
+    for (int i = 0; i < 100; ++i) many.push_back(std::string(1000, 'a') + "\n" + std::to_string(i));
+    many.push_back("evil\nforged line\r");
+    many[0] = "line\nbreak";
+    const std::string line = ignored_fields_line(many);
+    EXPECT_LT(line.size(), 16u * 70u + 64u) << "at most 16 names of at most 64 bytes";
+    EXPECT_NE(line.find("and 85 more"), std::string::npos) << line.substr(line.size() - 40);
+    EXPECT_EQ(line.find('\n'), std::string::npos) << "a name broke the log line";
+    EXPECT_NE(line.find("line?break"), std::string::npos) << line.substr(0, 40);
 }
 
 TEST(OpenAiProtocol, TheModelFieldPicksAServedModelAndAnUnknownOneGets404NamingThem) {

@@ -94,5 +94,26 @@ TEST_F(OpenAiResponsesTest, AChoiceWithoutLogprobsSaysNull) {
     EXPECT_EQ(body["choices"][0]["logprobs"]["tokens"].size(), 1u);
 }
 
+TEST_F(OpenAiResponsesTest, UsageCountsThePromptsCachedTokensOnceForAllChoices) {
+    std::vector<GenerationResult> results(3);
+    for (GenerationResult& result : results) {
+        result.tokens = {plain_token(), plain_token()};
+        result.cached_prompt_tokens = 32;  // the siblings copy the first choice's count
+    }
+    const ResponseHeader header{"cmpl-2", 0, "m", false};
+    const nlohmann::json usage =
+        completion_response(header, results, 40, model_->tokenizer)["usage"];
+    EXPECT_EQ(usage["prompt_tokens"], 40);
+    EXPECT_EQ(usage["completion_tokens"], 6);
+    EXPECT_EQ(usage["total_tokens"], 46);
+    EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 32)
+        << "n choices compute one prompt: its cached tokens count once";
+    const nlohmann::json chunk = usage_chunk(header, 40, 6, 32);
+    EXPECT_EQ(chunk["usage"]["prompt_tokens_details"]["cached_tokens"], 32);
+    EXPECT_TRUE(chunk["choices"].empty());
+    EXPECT_EQ(usage_json(5, 1)["prompt_tokens_details"]["cached_tokens"], 0)
+        << "every usage has the details, 0 when nothing was cached";
+}
+
 }  // namespace
 }  // namespace servelab
