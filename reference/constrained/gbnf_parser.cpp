@@ -113,7 +113,7 @@ void GbnfParser::parse_rule() {
     const size_t start = source_.offset();
     rule_name_ = parse_name();
     if (rule_name_.empty()) {
-        source_.fail(fmt::format("expected a rule name, found {}", shown_byte(source_.peek())));
+        source_.fail(fmt::format("expected a rule name, found {}", source_.shown_next()));
     }
     skip_space(false);
     if (!source_.take("::=")) {
@@ -130,8 +130,7 @@ void GbnfParser::parse_rule() {
         draft_.add_alternative(rule, std::move(sequence));
     }
     if (!source_.at_end() && !is_newline(source_.peek())) {
-        source_.fail(fmt::format("unexpected {} in rule '{}'", shown_byte(source_.peek()),
-                                 rule_name_));
+        source_.fail(fmt::format("unexpected {} in rule '{}'", source_.shown_next(), rule_name_));
     }
 }
 
@@ -306,6 +305,7 @@ uint32_t GbnfParser::parse_escape() {
     source_.skip();  // '\'
     const char c = source_.peek();
     if (source_.at_end()) source_.fail(start, "a '\\' at the end of the text");
+    const std::string shown = source_.shown_next();
     source_.skip();
     uint32_t codepoint = 0;
     switch (c) {
@@ -316,7 +316,7 @@ uint32_t GbnfParser::parse_escape() {
         case 'x': codepoint = source_.take_hex(2, "\\x"); break;
         case 'u': codepoint = source_.take_hex(4, "\\u"); break;
         case 'U': codepoint = source_.take_hex(8, "\\U"); break;
-        default: source_.fail(start, fmt::format("unknown escape '\\' followed by {}", shown_byte(c)));
+        default: source_.fail(start, fmt::format("unknown escape: '\\' before {}", shown));
     }
     if (codepoint > kMaxCodepoint || (codepoint >= 0xD800 && codepoint <= 0xDFFF)) {
         source_.fail(start, fmt::format("the escape names U+{:04X}, which is not a character "
@@ -343,7 +343,7 @@ void GbnfParser::parse_group(DraftSequence& out) {
     if (!source_.take(")")) {
         if (source_.at_end()) source_.fail(start, "the group is never closed with ')'");
         source_.fail(fmt::format("expected ')' to close the group at {}, found {}",
-                                 source_.position(start), shown_byte(source_.peek())));
+                                 source_.position(start), source_.shown_next()));
     }
     --group_depth_;
     if (alternatives.size() == 1) {  // a plain sequence needs no rule of its own

@@ -245,7 +245,7 @@ void RegexParser::parse_group_kind(size_t start) {
         refused = "an inline flag such as (?i) or (?s:...)";
     }
     if (refused) source_.fail(start, fmt::format("{} is not supported", refused));
-    source_.fail(start, fmt::format("unknown extension (?{}", shown_byte(source_.peek())));
+    source_.fail(start, fmt::format("unknown extension: '(?' before {}", source_.shown_next()));
 }
 
 void RegexParser::parse_group_name(size_t start) {

@@ -22,10 +22,15 @@ int hex_value(char c) {
 
 }  // namespace
 
-std::string shown_byte(char byte) {
-    const auto b = uint8_t(byte);
-    if (b >= 0x20 && b < 0x7F) return fmt::format("'{}'", byte);
-    return fmt::format("\\x{:02X}", b);
+std::string SourceCursor::shown_next() const {
+    if (at_end()) return "the end of the text";
+    const auto byte = uint8_t(peek());
+    if (byte == '\n' || byte == '\r') return "a newline";
+    if (byte >= 0x20 && byte < 0x7F) return fmt::format("'{}'", char(byte));
+    uint32_t codepoint = 0;
+    const size_t num_bytes = decode_at(pos_, codepoint);
+    if (byte >= 0x80 && num_bytes > 0) return fmt::format("'{}'", text_.substr(pos_, num_bytes));
+    return fmt::format("\\x{:02X}", byte);
 }
 
 bool SourceCursor::take(std::string_view expected) {
@@ -34,13 +39,12 @@ bool SourceCursor::take(std::string_view expected) {
     return true;
 }
 
-uint32_t SourceCursor::take_codepoint() {
-    const size_t start = pos_;
-    const auto lead = uint8_t(peek());
+size_t SourceCursor::decode_at(size_t offset, uint32_t& codepoint) const {
+    const auto lead = uint8_t(offset < text_.size() ? text_[offset] : 0);
     // The length a lead byte announces, the bits it carries, and the least
     // code point that needs that length (a smaller one is overlong).
-    int num_bytes = 0;
-    uint32_t codepoint = 0, smallest = 0;
+    size_t num_bytes = 0;
+    uint32_t smallest = 0;
     if (lead < 0x80) {
         num_bytes = 1, codepoint = lead;
     } else if (lead >= 0xC0 && lead < 0xE0) {
@@ -50,21 +54,25 @@ uint32_t SourceCursor::take_codepoint() {
     } else if (lead >= 0xF0 && lead < 0xF8) {
         num_bytes = 4, codepoint = lead & 0x07, smallest = 0x10000;
     }
-    if (num_bytes == 0 || at_end()) {
-        fail(start, fmt::format("malformed UTF-8 (byte {})", shown_byte(char(lead))));
+    if (num_bytes == 0 || offset + num_bytes > text_.size()) return 0;
+    for (size_t i = 1; i < num_bytes; ++i) {
+        const auto b = uint8_t(text_[offset + i]);
+        if (!is_continuation(b)) return 0;
+        codepoint = (codepoint << 6) | (b & 0x3F);
     }
-    for (int i = 1; i < num_bytes; ++i) {
-        const size_t at = start + size_t(i);
-        if (at >= text_.size() || !is_continuation(uint8_t(text_[at]))) {
-            fail(start, "malformed UTF-8 (a character cut short)");
-        }
-        codepoint = (codepoint << 6) | (uint8_t(text_[at]) & 0x3F);
+    const bool surrogate = codepoint >= 0xD800 && codepoint <= 0xDFFF;
+    if (codepoint < smallest || codepoint > kMaxCodepoint || surrogate) return 0;
+    return num_bytes;
+}
+
+uint32_t SourceCursor::take_codepoint() {
+    uint32_t codepoint = 0;
+    const size_t num_bytes = decode_at(pos_, codepoint);
+    if (num_bytes == 0) {
+        fail(fmt::format("malformed UTF-8 (a character cannot start with byte \\x{:02X} here)",
+                         uint8_t(peek())));
     }
-    if (codepoint < smallest || codepoint > kMaxCodepoint ||
-        (codepoint >= 0xD800 && codepoint <= 0xDFFF)) {
-        fail(start, "malformed UTF-8 (overlong, a surrogate, or past U+10FFFF)");
-    }
-    pos_ = start + size_t(num_bytes);
+    pos_ += num_bytes;
     return codepoint;
 }
 

@@ -39,7 +39,7 @@ class SourceCursor {
     std::string_view text() const { return text_; }
 
     // One UTF-8 character, as its code point. Fails on a malformed one
-    // (overlong, a surrogate, past U+10FFFF, cut short).
+    // (a stray byte, cut short, overlong, a surrogate, past U+10FFFF).
     uint32_t take_codepoint();
     // Exactly `num_digits` hex digits as a number; fails naming `escape`
     // ("\x", "\u", ...) when fewer follow.
@@ -48,6 +48,10 @@ class SourceCursor {
     // as "over the cap" and never overflows); -1 when no digit follows.
     int64_t take_number(int64_t cap);
 
+    // The next character for a message: 'x', '日', a newline, the end of
+    // the text, or a byte's code (\x01) when it would not print.
+    std::string shown_next() const;
+
     // "line L column C" (or "column C") of a byte offset.
     std::string position(size_t offset) const;
     // Throws GrammarError "<label> <position>: <what>".
@@ -55,14 +59,14 @@ class SourceCursor {
     [[noreturn]] void fail(const std::string& what) const { fail(pos_, what); }
 
   private:
+    // The length of the well-formed UTF-8 character at `offset` (its code
+    // point in `codepoint`), or 0.
+    size_t decode_at(size_t offset, uint32_t& codepoint) const;
+
     std::string_view text_;
     std::string label_;
     bool by_line_ = true;
     size_t pos_ = 0;
 };
-
-// The character at a byte for messages: 'x', or its code (`\x0A`) when it
-// would not print.
-std::string shown_byte(char byte);
 
 }  // namespace servelab
