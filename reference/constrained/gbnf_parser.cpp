@@ -463,6 +463,11 @@ void GbnfParser::report_left_recursion(const std::vector<int32_t>& cycle, size_t
         for (const int32_t r : cycle) names.push_back(draft_.name(r));
     }
     names.push_back(names.front());
+    if (names.size() > 12) {  // a one-line message, however long the cycle
+        const size_t num_left_out = names.size() - 10;
+        names.erase(names.begin() + 5, names.end() - 5);
+        names.insert(names.begin() + 5, fmt::format("... ({} more)", num_left_out));
+    }
     source_.fail(offset, fmt::format("rule '{}' is left-recursive ({}): it can begin with itself, "
                                      "which a pushdown matcher would expand forever; write the "
                                      "repetition with * or + instead",
