@@ -339,6 +339,26 @@ TEST(GbnfParser, LimitsKeepHostileGrammarsSmall) {
     EXPECT_EQ(message.substr(0, expected.size()), expected) << message;
 }
 
+TEST(GbnfParser, ALongChainOfRulesIsCheckedWithoutRecursion) {
+    // r0 ::= r1, r1 ::= r2, ...: every check walks the chain without a call
+    // per rule (100,000 nested calls would overflow the stack) and in
+    // linear time (a naive fixed point for nullability would take n passes).
+    constexpr int kLength = 100000;
+    std::string chain = "root ::= r0\n";
+    for (int i = 0; i < kLength; ++i) chain += fmt::format("r{} ::= r{}\n", i, i + 1);
+    const Grammar g = parse_gbnf(chain + fmt::format("r{} ::= \"\"\n", kLength));
+    EXPECT_EQ(g.num_rules(), size_t(kLength) + 2);
+    EXPECT_TRUE(g.nullable(g.root_rule()));  // (the oracle's plain fixed point would crawl here)
+    // Closed into a cycle, it is left recursion, named in one short line.
+    const std::string message =
+        error_of([&] { parse_gbnf(chain + fmt::format("r{} ::= r0 \"x\"\n", kLength)); });
+    EXPECT_NE(message.find("rule 'r0' is left-recursive (r0 -> r1 -> r2 -> r3 -> r4 -> ... "
+                           "(99992 more) -> "),
+              std::string::npos)
+        << message.substr(0, 300);
+    EXPECT_LT(message.size(), 400u);
+}
+
 TEST(GbnfParser, MalformedTextOnlyEverThrowsGrammarError) {
     // Random edits of real grammars: parsed, or refused with a GrammarError.
     RandomSource random;
