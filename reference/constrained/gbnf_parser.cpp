@@ -190,6 +190,7 @@ bool GbnfParser::parse_postfix(DraftSequence& out, size_t item_start, bool neste
     const size_t at = source_.offset();
     int min_count = 0, max_count = -1;
     if (source_.take("*")) {
+        min_count = 0;  // and no upper bound
     } else if (source_.take("+")) {
         min_count = 1;
     } else if (source_.take("?")) {
@@ -483,10 +484,10 @@ void GbnfParser::report_left_recursion(const std::vector<int32_t>& cycle, size_t
 }
 
 void GbnfParser::add_to(GrammarBuilder& builder) const {
-    for (const auto& [rule, start] : defined_at_) {
-        const std::string& name = draft_.name(rule);
-        if (builder.has_rule(name) && builder.defined(builder.rule(name))) {
-            source_.fail(start, fmt::format("rule '{}' is already defined", name));
+    for (int32_t r = 0; r < int32_t(draft_.num_rules()); ++r) {
+        const std::string& name = draft_.name(r);
+        if (defined_at_.count(r) && builder.has_rule(name) && builder.defined(builder.rule(name))) {
+            source_.fail(defined_at_.at(r), fmt::format("rule '{}' is already defined", name));
         }
     }
     draft_.add_to(builder);
