@@ -177,6 +177,32 @@ TEST(RegexGrammar, AddedRulesLiveBesideOthers) {
     EXPECT_FALSE(grammar_accepts(g, "ab=12"));
 }
 
+TEST(RegexGrammar, MalformedPatternsOnlyEverThrowGrammarError) {
+    // Random edits of the golden patterns: a grammar, or a GrammarError.
+    test::RandomSource random;
+    SCOPED_TRACE(random.trace());
+    const std::string alphabet = "()[]{}|*+?^$.\\-,:<>=!#PdwsbxuU0123456789a\xC3\xA9";
+    for (const json& c : goldens().at("cases")) {
+        for (int i = 0; i < 20; ++i) {
+            std::string pattern = c.at("pattern");
+            for (int edits = int(random.integer(1, 3)); edits > 0; --edits) {
+                const auto at = size_t(random.integer(0, int64_t(pattern.size())));
+                const char ch = alphabet[size_t(random.integer(0, int64_t(alphabet.size()) - 1))];
+                if (random.integer(0, 1) == 0 && at < pattern.size()) {
+                    pattern.erase(at, 1);
+                } else {
+                    pattern.insert(at, 1, ch);
+                }
+            }
+            try {
+                regex_grammar(pattern);
+            } catch (const GrammarError& e) {
+                EXPECT_EQ(std::string(e.what()).rfind("regex column ", 0), 0u) << e.what();
+            }
+        }
+    }
+}
+
 TEST(ChoiceGrammar, AcceptsExactlyTheChoices) {
     const std::vector<std::string> choices = {"yes", "no", "", "yes!", "日本"};
     const Grammar g = choice_grammar(choices);
