@@ -13,20 +13,32 @@ RequestBuilder::RequestBuilder(const Model& model, RequestBuilderOptions options
       options_(options),
       context_length_(capped_context_length(model.config, options.max_model_len)) {
     chat_template_ = load_chat_template(model.file, fallback_reason_);
+    if (chat_template_) {
+        tool_call_format_ =
+            detect_tool_call_format(model.file.get_string("tokenizer.chat_template", ""));
+    }
 }
 
-std::string RequestBuilder::render_chat(std::span<const ChatMessage> messages) const {
-    if (!chat_template_) {
-        // Said once, and only to a front end that renders a conversation.
-        std::call_once(fallback_warned_,
-                       [this] { spdlog::warn("{}: chat prompts use ChatML", fallback_reason_); });
-        return format_chatml(messages, /*add_generation_prompt=*/true);
-    }
-    ChatTemplateInputs inputs;
-    inputs.messages = messages;
-    inputs.add_generation_prompt = true;
-    set_special_tokens(inputs, model_.tokenizer);
+std::string RequestBuilder::render_chat(std::span<const ChatMessage> messages,
+                                        const ChatTemplateOptions& options,
+                                        const ToolRequest& tools) const {
     try {
+        if (!chat_template_) {
+            // Said once, and only to a front end that renders a conversation.
+            std::call_once(fallback_warned_, [this] {
+                spdlog::warn("{}: chat prompts use ChatML", fallback_reason_);
+            });
+            const std::string chatml = format_chatml(messages, options.add_generation_prompt);
+            return options.continue_final_message ? cut_after_final_message(chatml, messages)
+                                                  : chatml;
+        }
+        ChatTemplateInputs inputs;
+        inputs.messages = messages;
+        inputs.add_generation_prompt = options.add_generation_prompt;
+        inputs.continue_final_message = options.continue_final_message;
+        inputs.extra_variables = options.extra_variables;
+        if (tools.has_tools()) inputs.tools = tools.tools;
+        set_special_tokens(inputs, model_.tokenizer);
         return chat_template_->render(inputs);
     } catch (const Error& e) {
         throw RequestError(e.what(), "messages");
@@ -46,7 +58,9 @@ std::vector<TokenId> RequestBuilder::prompt_of(const RequestSpec& spec) const {
         case RequestSpec::PromptKind::kChat:
             ids = encode_chat(
                 tokenizer, spec.messages,
-                [this](std::span<const ChatMessage> messages) { return render_chat(messages); },
+                [&](std::span<const ChatMessage> messages) {
+                    return render_chat(messages, spec.template_options, spec.tools);
+                },
                 options_.special_tokens);
             break;
     }
@@ -61,6 +75,14 @@ std::vector<TokenId> RequestBuilder::prompt_of(const RequestSpec& spec) const {
 
 EngineRequest RequestBuilder::build(const RequestSpec& spec) const {
     EngineRequest request;
+    if (spec.tools.has_tools() && tool_call_format_ == ToolCallFormat::kNone) {
+        throw RequestError(
+            "the model's chat template does not support tool calling (it shows no tool-call "
+            "format servelab reads: hermes <tool_call>, llama3_json or mistral [TOOL_CALLS])",
+            "tools");
+    }
+    request.tools = spec.tools;
+    request.tools.format = tool_call_format_;
     request.prompt = prompt_of(spec);
     const int64_t context = context_length_;
     const int64_t prompt_tokens = int64_t(request.prompt.size());

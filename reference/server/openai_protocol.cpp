@@ -5,7 +5,7 @@
 
 #include <charconv>
 
-#include <set>
+#include "reference/server/chat_request.h"
 
 namespace servelab {
 namespace {
@@ -70,46 +70,6 @@ std::vector<std::string> stop_strings(const nlohmann::json& body) {
     return stops;
 }
 
-// A message's content: a string, or a list of {"type": "text", "text": …} parts.
-std::string message_content(const nlohmann::json& content, size_t index) {
-    const std::string param = fmt::format("messages[{}].content", index);
-    if (content.is_string()) return content.get<std::string>();
-    if (!content.is_array()) refuse(param, "content must be a string or a list of text parts");
-    std::string text;
-    for (const nlohmann::json& part : content) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-            !part["text"].is_string()) {
-            refuse(param, "only text content parts are supported");
-        }
-        text += part["text"].get<std::string>();
-    }
-    return text;
-}
-
-std::vector<ChatMessage> chat_messages(const nlohmann::json& body) {
-    const nlohmann::json* value = field(body, "messages");
-    if (value == nullptr || !value->is_array() || value->empty()) {
-        refuse("messages", "'messages' must be a non-empty list");
-    }
-    static const std::set<std::string> roles = {"system", "developer", "user", "assistant"};
-    std::vector<ChatMessage> messages;
-    for (size_t i = 0; i < value->size(); ++i) {
-        const nlohmann::json& message = (*value)[i];
-        if (!message.is_object() || !message.contains("role") || !message["role"].is_string() ||
-            roles.count(message["role"].get<std::string>()) == 0) {
-            refuse(fmt::format("messages[{}].role", i),
-                   "each message needs a role: system, developer, user or assistant");
-        }
-        if (!message.contains("content")) {
-            refuse(fmt::format("messages[{}].content", i), "each message needs content");
-        }
-        std::string role = message["role"].get<std::string>();
-        if (role == "developer") role = "system";  // the newer name for the same turn
-        messages.push_back({role, message_content(message["content"], i)});
-    }
-    return messages;
-}
-
 void completion_prompt(const nlohmann::json& body, const ProtocolLimits& limits,
                        ApiRequest& request) {
     const nlohmann::json* value = field(body, "prompt");
@@ -134,7 +94,7 @@ void completion_prompt(const nlohmann::json& body, const ProtocolLimits& limits,
 }
 
 void refuse_unsupported(const nlohmann::json& body) {
-    for (const char* name : {"tools", "functions", "suffix", "echo", "best_of"}) {
+    for (const char* name : {"functions", "suffix", "echo", "best_of"}) {
         if (field(body, name) != nullptr) {
             refuse(name, fmt::format("'{}' is not supported by this server", name));
         }
@@ -220,13 +180,23 @@ std::string requested_model(const nlohmann::json& body,
 }
 
 ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const ProtocolLimits& limits) {
+    return parse_api_request(nlohmann::ordered_json(body), chat, limits);
+}
+
+ApiRequest parse_api_request(const nlohmann::ordered_json& ordered_body, bool chat,
+                             const ProtocolLimits& limits) {
+    const nlohmann::json body = ordered_body;  // the chat fields alone need the order
     ApiRequest request;
     request.chat = chat;
     request.model = requested_model(body, {limits.model_name});
     refuse_unsupported(body);
     if (chat) {
-        request.messages = chat_messages(body);
+        ChatRequest chat_request = parse_chat_request(ordered_body);
+        request.messages = std::move(chat_request.messages);
+        request.template_options = std::move(chat_request.template_options);
+        request.tools = std::move(chat_request.tools);
     } else {
+        refuse_chat_fields(body);
         completion_prompt(body, limits, request);
     }
     SamplingParams& p = request.params;

@@ -7,13 +7,13 @@
 // that real clients (the `openai` package) turn into their exceptions. Every
 // field is checked for type and range here, so nothing malformed reaches the
 // engine. Supported: /v1/completions (prompt: a string or a list of token
-// ids) and /v1/chat/completions (messages with string or text-part
-// content); temperature, top_p, top_k, min_p, presence_penalty,
+// ids) and /v1/chat/completions (messages, tools and the chat template's
+// options: chat_request.h); temperature, top_p, top_k, min_p, presence_penalty,
 // frequency_penalty, logit_bias, logprobs (and chat's top_logprobs),
 // max_tokens (or max_completion_tokens), stop, seed, n, stream,
 // stream_options.include_usage, and the extensions vLLM also accepts:
 // repetition_penalty, ignore_eos, min_tokens and return_token_ids. Fields
-// that would change the output in ways the engine cannot honour (tools,
+// that would change the output in ways the engine cannot honour (functions,
 // echo, suffix, best_of) are refused, never silently ignored.
 #pragma once
 
@@ -25,6 +25,8 @@
 
 #include "kernels/common/error.h"
 #include "reference/chat/chat_format.h"
+#include "reference/chat/chat_template.h"
+#include "reference/chat/tool_request.h"
 #include "reference/sampling/sampling_params.h"
 #include "reference/sampling/token_logprobs.h"
 
@@ -62,6 +64,8 @@ struct ApiRequest {
     bool chat = false;
     std::string model;
     std::vector<ChatMessage> messages;  // chat
+    ChatTemplateOptions template_options;  // chat: add_generation_prompt, ...
+    ToolRequest tools;                      // chat: tools, tool_choice, parallel_tool_calls
     std::string prompt_text;            // completions, a string prompt
     std::vector<TokenId> prompt_ids;    // completions, a token-id prompt
     SamplingParams params;
@@ -82,5 +86,9 @@ std::string requested_model(const nlohmann::json& body,
 
 // Throws ApiException (status 400, or 404 for an unknown model).
 ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const ProtocolLimits& limits);
+// The same for a body parsed with its keys in order (parse_ordered_request_json):
+// a chat request's tools and template variables reach the template as written.
+ApiRequest parse_api_request(const nlohmann::ordered_json& body, bool chat,
+                             const ProtocolLimits& limits);
 
 }  // namespace servelab
