@@ -39,9 +39,9 @@ struct ChatMessage {
     // An assistant turn's calls; absent unless the message had "tool_calls".
     // The template sees each as {"id", "type": "function", "function":
     // {"name", "arguments"}} with the arguments parsed into an object.
-    std::optional<std::vector<ToolCall>> tool_calls;
-    std::optional<std::string> tool_call_id;  // a "tool" turn: the call it answers
-    std::optional<std::string> name;          // who spoke (a tool's name), if given
+    std::optional<std::vector<ToolCall>> tool_calls = std::nullopt;
+    std::optional<std::string> tool_call_id = std::nullopt;  // a "tool" turn: the call it answers
+    std::optional<std::string> name = std::nullopt;          // who spoke (a tool's name), if given
 };
 
 // ChatML (the format SmolLM2's chat template produces):

@@ -59,6 +59,9 @@ ChatTemplate ChatTemplate::parse(std::string_view source) {
 std::string ChatTemplate::render(const ChatTemplateInputs& inputs) const {
     using jinja::Value;
     check_template_variables(inputs.extra_variables);
+    if (inputs.continue_final_message && inputs.add_generation_prompt) {
+        throw Error("continue_final_message and add_generation_prompt cannot both be set");
+    }
     jinja::List messages;
     for (const ChatMessage& message : inputs.messages) messages.push_back(message_value(message));
     // Hugging Face passes tools=None and documents=None when there are none,

@@ -25,10 +25,13 @@ const Json* field(const Json& object, const char* name) {
     return &*it;
 }
 
-bool flag(const Json& body, const char* name, bool fallback) {
-    const Json* value = field(body, name);
+// `param` names the member in errors (default: `name`, a top-level field).
+bool flag(const Json& object, const char* name, bool fallback, const std::string& param = "") {
+    const Json* value = field(object, name);
     if (value == nullptr) return fallback;
-    if (!value->is_boolean()) refuse(name, fmt::format("'{}' must be true or false", name));
+    if (!value->is_boolean()) {
+        refuse(param.empty() ? name : param, fmt::format("'{}' must be true or false", name));
+    }
     return value->get<bool>();
 }
 
@@ -194,7 +197,7 @@ ToolFunction tool_function(const Json& tool, size_t index) {
         check_parameters(*parameters, at + ".function.parameters");
         out.parameters = *parameters;
     }
-    out.strict = flag(*function, "strict", false);
+    out.strict = flag(*function, "strict", false, at + ".function.strict");
     return out;
 }
 

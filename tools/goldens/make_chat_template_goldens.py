@@ -34,6 +34,8 @@ It writes data/golden/chat_templates/goldens.json with
     that can call tools (TOOL_TEMPLATES) x conversation x tools (or None) x
     add_generation_prompt, plus chat_template_kwargs and
     continue_final_message cases over every template;
+  - "float_reprs": Python's repr of edge and random floats (a float from a
+    request's JSON prints, and tojson writes it, as repr does);
   - "features": small templates of our own, one construct each (every
     filter, test, method and operator the subset claims), rendered with the
     "multi_turn" messages, and templates jinja2 rejects as syntax errors.
@@ -44,6 +46,7 @@ Usage:  .venv/bin/python tools/goldens/make_chat_template_goldens.py  (then comm
 import copy
 import json
 import pathlib
+import random
 
 import jinja2
 import jinja2.ext
@@ -205,6 +208,17 @@ KWARGS_CASES = [
     ("llama-3.1-8b-instruct", "ask", None, {"builtin_tools": ["brave_search", "wolfram_alpha"]}),
     ("qwen2.5-7b-instruct", "ask", None, {"anything": {"nested": True}}),
 ]
+
+
+def float_reprs():
+    """repr() of floats at the edges of its positional/scientific switch, and random ones."""
+    values = [0.0, -0.0, 1.0, -1.0, 0.1, 0.25, 2.5, 100.0, 1234.5678, -3.14159, 1e-05, 0.0001,
+              0.00012345, 1e15, 1e16, 9999999999999998.0, 1.5e16, 123456789012345678.0,
+              1.5e-10, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 1 / 3, 2 / 3]
+    rng = random.Random(47)
+    values += [rng.uniform(-1, 1) * 10.0 ** rng.randint(-30, 30) for _ in range(200)]
+    values += [float(rng.randint(-10 ** 17, 10 ** 17)) for _ in range(20)]
+    return [repr(v) for v in values]
 
 
 def template_messages(wire):
@@ -497,6 +511,7 @@ def main():
         "tool_message_sets": TOOL_MESSAGE_SETS,
         "tool_sets": TOOL_SETS,
         "tool_cases": tool_cases(env, sources),
+        "float_reprs": float_reprs(),
         "features": features,
     }
     OUT.write_text(json.dumps(golden, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
