@@ -26,6 +26,12 @@ struct ToolCall {
     std::string id;         // what the tool's answer names (its tool_call_id)
     std::string name;       // the function called
     std::string arguments;  // its arguments: JSON text ("" reads as {})
+    // The order the client wrote the keys in, which a template that prints a
+    // call with tojson prints (Mistral's prints the function): the official
+    // client sends {"id", "function": {"arguments", "name"}, "type"}, the
+    // API's examples {"id", "type", "function": {"name", "arguments"}}.
+    bool type_before_function = true;
+    bool name_before_arguments = true;
 };
 
 // One turn of a conversation, with what chat templates read of it. A

@@ -26,10 +26,13 @@ jinja::Value tool_call_value(const ToolCall& call) {
         }
         arguments = jinja::from_json(json);
     }
-    return Value::dict({{"id", Value::string(call.id)},
-                        {"type", Value::string("function")},
-                        {"function", Value::dict({{"name", Value::string(call.name)},
-                                                  {"arguments", std::move(arguments)}})}});
+    jinja::Dict function = {{"name", Value::string(call.name)}, {"arguments", std::move(arguments)}};
+    if (!call.name_before_arguments) std::swap(function[0], function[1]);
+    jinja::Dict fields = {{"id", Value::string(call.id)},
+                          {"type", Value::string("function")},
+                          {"function", Value::dict(std::move(function))}};
+    if (!call.type_before_function) std::swap(fields[1], fields[2]);
+    return Value::dict(std::move(fields));
 }
 
 jinja::Value message_value(const ChatMessage& message) {

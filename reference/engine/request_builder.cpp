@@ -83,6 +83,16 @@ EngineRequest RequestBuilder::build(const RequestSpec& spec) const {
     }
     request.tools = spec.tools;
     request.tools.format = tool_call_format_;
+    // "required" and a named function hold only if a grammar forces the
+    // calls (Lab 12: built from tool_call_syntax(format) and the functions'
+    // parameters). Until the engine has one, such a choice is refused, not
+    // quietly left to the model.
+    if (request.tools.requires_calls()) {
+        throw RequestError(
+            "tool_choice \"required\" or a named function needs the calls forced by a grammar, "
+            "which this server does not do yet; use \"auto\"",
+            "tool_choice");
+    }
     request.prompt = prompt_of(spec);
     const int64_t context = context_length_;
     const int64_t prompt_tokens = int64_t(request.prompt.size());

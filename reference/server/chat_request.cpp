@@ -79,6 +79,15 @@ std::string call_arguments(const Json& function, const std::string& param) {
     return text;
 }
 
+// Whether `first` is written before `second` in `object` (true when either is absent).
+bool comes_before(const Json& object, const char* first, const char* second) {
+    for (const auto& [key, value] : object.items()) {
+        if (key == first) return true;
+        if (key == second) return false;
+    }
+    return true;
+}
+
 std::vector<ToolCall> message_tool_calls(const Json& calls, const std::string& param) {
     if (!calls.is_array() || calls.empty()) {
         refuse(param, "'tool_calls' must be a non-empty list of calls");
@@ -98,6 +107,8 @@ std::vector<ToolCall> message_tool_calls(const Json& calls, const std::string& p
         ToolCall parsed{text_field(call, "id", at + ".id"),
                         text_field(function, "name", at + ".function.name"),
                         call_arguments(function, at + ".function.arguments")};
+        parsed.type_before_function = comes_before(call, "type", "function");
+        parsed.name_before_arguments = comes_before(function, "name", "arguments");
         out.push_back(std::move(parsed));
     }
     return out;

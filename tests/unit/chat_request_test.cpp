@@ -249,12 +249,12 @@ TEST_F(ChatFrontDoor, TheRequestsOptionsAndToolsReachTheTemplate) {
     const RequestBuilder builder(model);
     EXPECT_EQ(builder.tool_call_format(), ToolCallFormat::kHermes);
     const ApiRequest request = parse_api_request(
-        chat_body(std::string(R"("tools": [)") + kWeather + R"(], "tool_choice": "required",
+        chat_body(std::string(R"("tools": [)") + kWeather + R"(], "tool_choice": "auto",
                   "chat_template_kwargs": {"flavour": "mint"})"),
         true, kLimits);
     const EngineRequest engine_request = builder.build(spec_of(request));
     EXPECT_EQ(engine_request.tools.format, ToolCallFormat::kHermes);
-    EXPECT_EQ(engine_request.tools.choice, ToolChoice::kRequired);
+    EXPECT_EQ(engine_request.tools.choice, ToolChoice::kAuto);
     EXPECT_EQ(model.tokenizer.decode(engine_request.prompt, true), "[user:Hi]tools=get_weather<gen>mint");
     // continue_final_message: the last message left open (the ChatML fallback cuts the same way).
     const ApiRequest prefilled = parse_api_request(
@@ -267,6 +267,24 @@ TEST_F(ChatFrontDoor, TheRequestsOptionsAndToolsReachTheTemplate) {
     const Model chatml_model = model_with("");
     EXPECT_EQ(RequestBuilder(chatml_model).render_chat(prefilled.messages, prefilled.template_options),
               "<|im_start|>user\nCount<|im_end|>\n<|im_start|>assistant\nOne, two,");
+}
+
+// Until the engine forces calls with a grammar, a choice that requires them
+// is refused (the lead's integration replaces this test).
+TEST_F(ChatFrontDoor, ChoicesThatRequireCallsAreRefusedWithoutAGrammar) {
+    const Model model = model_with(kEchoTemplate);
+    const RequestBuilder builder(model);
+    for (const char* choice : {R"("required")", R"({"type": "function", "function": {"name": "get_weather"}})"}) {
+        const ApiRequest request = parse_api_request(
+            chat_body(std::string(R"("tools": [)") + kWeather + R"(], "tool_choice": )" + choice), true,
+            kLimits);
+        try {
+            builder.build(spec_of(request));
+            ADD_FAILURE() << "tool_choice " << choice << " accepted without a grammar to force it";
+        } catch (const RequestError& e) {
+            EXPECT_EQ(e.param(), "tool_choice");
+        }
+    }
 }
 
 TEST_F(ChatFrontDoor, ToolsAreRefusedWithoutAToolCallFormat) {

@@ -194,6 +194,15 @@ TOOL_MESSAGE_SETS = {
         {"role": "tool", "tool_call_id": "abc123XYZ", "content": "21"},
         {"role": "tool", "tool_call_id": "rome00002", "content": "25"},
     ],
+    # As the official client sends a reply's message back (pydantic's field
+    # order: "function" before "type", "arguments" before "name").
+    "client_key_order": [
+        msg("user", "What is the weather in Paris?"),
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "abc123XYZ", "function": {"arguments": '{"city": "Paris"}', "name": "get_weather"},
+             "type": "function"}]},
+        {"role": "tool", "tool_call_id": "abc123XYZ", "content": "21"},
+    ],
     "empty_arguments": [
         msg("user", "What time is it?"),
         {"role": "assistant", "content": None, "tool_calls": [call("now000001", "now", "")]},
