@@ -26,7 +26,8 @@ jinja::Value tool_call_value(const ToolCall& call) {
         }
         arguments = jinja::from_json(json);
     }
-    jinja::Dict function = {{"name", Value::string(call.name)}, {"arguments", std::move(arguments)}};
+    jinja::Dict function = {{"name", Value::string(call.name)},
+                            {"arguments", std::move(arguments)}};
     if (!call.name_before_arguments) std::swap(function[0], function[1]);
     jinja::Dict fields = {{"id", Value::string(call.id)},
                           {"type", Value::string("function")},
@@ -45,7 +46,8 @@ jinja::Value message_value(const ChatMessage& message) {
         for (const ToolCall& call : *message.tool_calls) calls.push_back(tool_call_value(call));
         fields.emplace_back("tool_calls", Value::list(std::move(calls)));
     }
-    if (message.tool_call_id) fields.emplace_back("tool_call_id", Value::string(*message.tool_call_id));
+    if (message.tool_call_id)
+        fields.emplace_back("tool_call_id", Value::string(*message.tool_call_id));
     if (message.name) fields.emplace_back("name", Value::string(*message.name));
     return Value::dict(std::move(fields));
 }
@@ -114,7 +116,8 @@ std::string cut_after_final_message(const std::string& rendered,
                                     std::span<const ChatMessage> messages) {
     if (messages.empty()) throw Error("continue_final_message needs a message to continue");
     const ChatMessage& last = messages.back();
-    if (last.content_is_null) throw Error("continue_final_message: the last message has no content");
+    if (last.content_is_null)
+        throw Error("continue_final_message: the last message has no content");
     // transformers' apply_chat_template, step by step (Python str methods on
     // UTF-8 bytes give the same cut: every comparison is of whole strings).
     const std::string_view final_text = last.content;

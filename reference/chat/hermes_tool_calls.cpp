@@ -1,4 +1,5 @@
-// hermes_tool_calls.cpp — Hermes / Qwen2.5 calls: <tool_call>{"name": …, "arguments": {…}}</tool_call>.
+// hermes_tool_calls.cpp — Hermes / Qwen2.5 calls: <tool_call>{"name": …, "arguments":
+// {…}}</tool_call>.
 //
 // Support code, not an exercise: no lab touches it (chapter 11, serving: tool calling).
 // The format of NousResearch's Hermes models, which Qwen2.5 (and many
@@ -27,7 +28,8 @@ ToolCallParse parse_hermes_tool_calls(std::string_view output) {
         const size_t begin = skip_json_space(output, open + kOpen.size());
         const size_t end = json_container_end(output, begin);
         if (end == std::string_view::npos) return ToolCallParse{};
-        const std::optional<ParsedToolCall> call = call_from_json(parse_call_json(output, begin, end));
+        const std::optional<ParsedToolCall> call =
+            call_from_json(parse_call_json(output, begin, end));
         if (!call) return ToolCallParse{};
         parse.calls.push_back(*call);
         // Then </tool_call>, or the end of the answer (a last block left open).

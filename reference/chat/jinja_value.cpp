@@ -427,18 +427,21 @@ std::string python_float_repr(double value) {
     }
     const int exponent = std::atoi(scientific.c_str() + e + 1);  // of the first digit
     std::string out = negative ? "-" : "";
-    if (exponent < -4 || exponent >= 16) {
-        out += digits.substr(0, 1);
-        if (digits.size() > 1) out += "." + digits.substr(1);
+    if (exponent < -4 || exponent >= 16) {  // "1.5e+16", "1e-05"
+        out.append(digits, 0, 1);
+        if (digits.size() > 1) out.append(".").append(digits, 1);
         const std::string magnitude = std::to_string(std::abs(exponent));
-        out += std::string(exponent < 0 ? "e-" : "e+") + (magnitude.size() < 2 ? "0" : "") +
-               magnitude;
-    } else if (exponent < 0) {
-        out += "0." + std::string(size_t(-exponent - 1), '0') + digits;
-    } else if (digits.size() <= size_t(exponent) + 1) {
-        out += digits + std::string(size_t(exponent) + 1 - digits.size(), '0') + ".0";
-    } else {
-        out += digits.substr(0, size_t(exponent) + 1) + "." + digits.substr(size_t(exponent) + 1);
+        out.append(exponent < 0 ? "e-" : "e+");
+        if (magnitude.size() < 2) out.append("0");
+        out.append(magnitude);
+    } else if (exponent < 0) {  // "0.0001"
+        out.append("0.").append(size_t(-exponent - 1), '0').append(digits);
+    } else if (digits.size() <= size_t(exponent) + 1) {  // "100.0"
+        out.append(digits).append(size_t(exponent) + 1 - digits.size(), '0').append(".0");
+    } else {  // "12.5"
+        out.append(digits, 0, size_t(exponent) + 1)
+            .append(".")
+            .append(digits, size_t(exponent) + 1);
     }
     return out;
 }

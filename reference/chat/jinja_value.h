@@ -117,8 +117,8 @@ std::string_view type_name(const Value& value);
 bool truthy(const Value& value);
 
 // Python's str(value): what {{ value }} prints and what `~` joins. Undefined
-// is "", None "None", True "True", a float its repr ("0.5", "1e-05"). Throws for lists, dicts, namespaces and
-// functions (their repr is not reproduced).
+// is "", None "None", True "True", a float its repr ("0.5", "1e-05"). Throws for lists, dicts,
+// namespaces and functions (their repr is not reproduced).
 std::string to_text(const Value& value);
 
 // Python's repr of a float: the shortest digits that read back as `value`,

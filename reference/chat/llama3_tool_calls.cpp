@@ -1,4 +1,5 @@
-// llama3_tool_calls.cpp — Llama 3.1 JSON calls: {"name": …, "parameters": {…}}; several joined by ";".
+// llama3_tool_calls.cpp — Llama 3.1 JSON calls: {"name": …, "parameters": {…}}; several joined by
+// ";".
 //
 // Support code, not an exercise: no lab touches it (chapter 11, serving: tool calling).
 // Llama 3.1's template asks for the call as the whole answer, a JSON object
@@ -20,7 +21,8 @@ constexpr std::string_view kPythonTag = "<|python_tag|>";
 ToolCallParse parse_llama3_tool_calls(std::string_view output) {
     ToolCallParse parse;
     size_t at = skip_json_space(output, 0);
-    if (output.substr(at).starts_with(kPythonTag)) at = skip_json_space(output, at + kPythonTag.size());
+    if (output.substr(at).starts_with(kPythonTag))
+        at = skip_json_space(output, at + kPythonTag.size());
     while (true) {
         const size_t end = json_container_end(output, at);
         if (end == std::string_view::npos || output[at] != '{') return ToolCallParse{};

@@ -48,13 +48,13 @@ ToolCallFormat detect_tool_call_format(std::string_view template_source);
 // calls starts at calls_begin. The parser (tool_call_parser.h) accepts this
 // exact form and some slack around it (spaces, a missing optional marker).
 struct ToolCallSyntax {
-    std::string calls_begin;     // before the first call
-    std::string call_begin;      // before each call
-    std::string call_end;        // after each call
-    std::string call_separator;  // between two calls (after call_end, before call_begin)
-    std::string calls_end;       // after the last call
-    std::string name_key;        // "name"
-    std::string arguments_key;   // "arguments" or "parameters"
+    std::string calls_begin;            // before the first call
+    std::string call_begin;             // before each call
+    std::string call_end;               // after each call
+    std::string call_separator;         // between two calls (after call_end, before call_begin)
+    std::string calls_end;              // after the last call
+    std::string name_key;               // "name"
+    std::string arguments_key;          // "arguments" or "parameters"
     bool content_before_calls = false;  // text may come first (its content)
     // Texts that start a call in the output, for a stream to hold back from
     // the first of them on. With starts_at_beginning, they count only at the

@@ -89,8 +89,9 @@ std::optional<ParsedToolCall> call_from_json(const nlohmann::ordered_json& json)
         object = parse_call_json(text, begin, end);
     }
     if (!object.is_object()) return std::nullopt;
-    return ParsedToolCall{name->get<std::string>(),
-                          object.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)};
+    return ParsedToolCall{
+        name->get<std::string>(),
+        object.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)};
 }
 
 }  // namespace servelab

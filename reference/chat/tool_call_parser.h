@@ -40,8 +40,8 @@ struct ParsedToolCall {
 };
 
 struct ToolCallParse {
-    bool called = false;   // false: the whole answer is content
-    std::string content;   // called: the text before the calls ("" when none)
+    bool called = false;                // false: the whole answer is content
+    std::string content;                // called: the text before the calls ("" when none)
     std::vector<ParsedToolCall> calls;  // called: at least one
 };
 

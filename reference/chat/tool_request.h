@@ -43,7 +43,7 @@ struct ToolRequest {
     // The request's "tools" as it wrote them (key order kept: the template
     // prints them); an empty list when it gave none.
     nlohmann::ordered_json tools = nlohmann::ordered_json::array();
-    std::vector<ToolFunction> functions;  // the same, read
+    std::vector<ToolFunction> functions;    // the same, read
     ToolChoice choice = ToolChoice::kNone;  // "auto" when tools are given without a choice
     std::string chosen_function;            // kNamed: one of functions' names
     bool parallel_tool_calls = true;        // false: at most one call

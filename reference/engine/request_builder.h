@@ -46,8 +46,10 @@ struct RequestSpec {
     std::string text;                   // kText
     std::vector<TokenId> token_ids;     // kTokenIds
     std::vector<ChatMessage> messages;  // kChat
-    ChatTemplateOptions template_options;  // kChat: the open assistant turn, or the last continued
-    ToolRequest tools;                      // kChat: the functions offered, and the choice
+    // kChat: the open assistant turn (or the last message continued), more variables
+    ChatTemplateOptions template_options;
+    // kChat: the functions offered, and what the request asks of them
+    ToolRequest tools;
     SamplingParams params;
     // false: params.max_tokens is only a default, cut to what the context leaves.
     bool max_tokens_given = true;

@@ -71,7 +71,8 @@ std::string call_arguments(const Json& function, const std::string& param) {
     // The brackets first: a string is not bounded by the body's nesting limit.
     const size_t begin = skip_json_space(text, 0);
     const size_t end = json_container_end(text, begin);
-    if (end == std::string::npos || text[begin] != '{' || skip_json_space(text, end) != text.size() ||
+    if (end == std::string::npos || text[begin] != '{' ||
+        skip_json_space(text, end) != text.size() ||
         parse_call_json(text, begin, end).is_discarded()) {
         refuse(param, fmt::format("'arguments' must be a JSON object nested at most {} deep",
                                   kMaxCallDepth));
@@ -97,8 +98,9 @@ std::vector<ToolCall> message_tool_calls(const Json& calls, const std::string& p
         const Json& call = calls[i];
         const std::string at = fmt::format("{}[{}]", param, i);
         if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) {
-            refuse(at, "each tool call needs {\"id\", \"type\": \"function\", \"function\": "
-                       "{\"name\", \"arguments\"}}");
+            refuse(at,
+                   "each tool call needs {\"id\", \"type\": \"function\", \"function\": "
+                   "{\"name\", \"arguments\"}}");
         }
         if (field(call, "type") != nullptr && call["type"] != "function") {
             refuse(at + ".type", "the only tool call type is \"function\"");
@@ -119,13 +121,15 @@ ChatMessage chat_message(const Json& message, size_t index) {
     const std::string at = fmt::format("messages[{}]", index);
     if (!message.is_object() || !message.contains("role") || !message["role"].is_string() ||
         roles.count(message["role"].get<std::string>()) == 0) {
-        refuse(at + ".role", "each message needs a role: system, developer, user, assistant or tool");
+        refuse(at + ".role",
+               "each message needs a role: system, developer, user, assistant or tool");
     }
     ChatMessage out;
     out.role = message["role"].get<std::string>();
     if (out.role == "developer") out.role = "system";  // the newer name for the same turn
     if (const Json* calls = field(message, "tool_calls")) {
-        if (out.role != "assistant") refuse(at + ".tool_calls", "only assistant turns make tool calls");
+        if (out.role != "assistant")
+            refuse(at + ".tool_calls", "only assistant turns make tool calls");
         out.tool_calls = message_tool_calls(*calls, at + ".tool_calls");
     }
     if (const Json* content = field(message, "content")) {
@@ -133,7 +137,8 @@ ChatMessage chat_message(const Json& message, size_t index) {
     } else if (out.tool_calls) {
         out.content_is_null = true;  // a turn of calls only
     } else {
-        refuse(at + ".content", "each message needs content (only a turn of tool calls may have none)");
+        refuse(at + ".content",
+               "each message needs content (only a turn of tool calls may have none)");
     }
     if (field(message, "tool_call_id") != nullptr || out.role == "tool") {
         if (out.role != "tool") refuse(at + ".tool_call_id", "only tool turns answer a tool call");
@@ -156,8 +161,8 @@ std::vector<ChatMessage> chat_messages(const Json& body) {
 bool is_function_name(const std::string& name) {
     if (name.empty() || name.size() > kMaxFunctionNameBytes) return false;
     for (const char c : name) {
-        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                        c == '_' || c == '-';
+        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                        (c >= '0' && c <= '9') || c == '_' || c == '-';
         if (!ok) return false;
     }
     return true;
@@ -171,7 +176,8 @@ void check_parameters(const Json& schema, const std::string& param) {
         refuse(param + ".type", "a function's parameters are an object: 'type' must be \"object\"");
     }
     if (const Json* properties = field(schema, "properties")) {
-        if (!properties->is_object()) refuse(param + ".properties", "'properties' must be an object");
+        if (!properties->is_object())
+            refuse(param + ".properties", "'properties' must be an object");
         for (const auto& [name, property] : properties->items()) {
             if (!property.is_object() && !property.is_boolean()) {
                 refuse(param + ".properties." + name, "each property must be a schema (an object)");
@@ -180,7 +186,8 @@ void check_parameters(const Json& schema, const std::string& param) {
     }
     if (const Json* required = field(schema, "required")) {
         bool names = required->is_array();
-        for (const Json& name : names ? *required : Json::array()) names = names && name.is_string();
+        for (const Json& name : names ? *required : Json::array())
+            names = names && name.is_string();
         if (!names) refuse(param + ".required", "'required' must be a list of property names");
     }
 }
@@ -198,7 +205,8 @@ ToolFunction tool_function(const Json& tool, size_t index) {
     out.name = text_field(*function, "name", at + ".function.name");
     if (!is_function_name(out.name)) {
         refuse(at + ".function.name",
-               fmt::format("a function name is 1 to {} letters, digits, '_' or '-'", kMaxFunctionNameBytes));
+               fmt::format("a function name is 1 to {} letters, digits, '_' or '-'",
+                           kMaxFunctionNameBytes));
     }
     if (field(*function, "description") != nullptr) {
         out.description = text_field(*function, "description", at + ".function.description");
@@ -229,8 +237,9 @@ void read_tool_choice(const Json& body, ToolRequest& tools) {
     const Json* function = choice->is_object() ? field(*choice, "function") : nullptr;
     if (function == nullptr || !function->is_object() || choice->value("type", "") != "function" ||
         field(*function, "name") == nullptr || !(*function)["name"].is_string()) {
-        refuse("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
-                              "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        refuse("tool_choice",
+               "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+               "{\"type\": \"function\", \"function\": {\"name\": ...}}");
     }
     tools.choice = ToolChoice::kNamed;
     tools.chosen_function = (*function)["name"].get<std::string>();
@@ -295,9 +304,9 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body) {
 }
 
 void refuse_chat_fields(const nlohmann::json& body) {
-    for (const char* name : {"messages", "tools", "tool_choice", "parallel_tool_calls",
-                             "add_generation_prompt", "continue_final_message",
-                             "chat_template_kwargs"}) {
+    for (const char* name :
+         {"messages", "tools", "tool_choice", "parallel_tool_calls", "add_generation_prompt",
+          "continue_final_message", "chat_template_kwargs"}) {
         if (body.contains(name) && !body[name].is_null()) {
             refuse(name, fmt::format("'{}' is a field of /v1/chat/completions", name));
         }

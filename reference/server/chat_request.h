@@ -1,4 +1,5 @@
-// chat_request.h — the fields only a chat request has: its messages, its tools, its template options.
+// chat_request.h — the fields only a chat request has: its messages, its tools, its template
+// options.
 //
 // Part of the serving layer (chapter 11.7; tools: docs/serving.md "Tool calling").
 // parse_api_request (openai_protocol.h) hands a /v1/chat/completions body

@@ -64,10 +64,12 @@ struct ApiRequest {
     bool chat = false;
     std::string model;
     std::vector<ChatMessage> messages;  // chat
-    ChatTemplateOptions template_options;  // chat: add_generation_prompt, ...
-    ToolRequest tools;                      // chat: tools, tool_choice, parallel_tool_calls
-    std::string prompt_text;            // completions, a string prompt
-    std::vector<TokenId> prompt_ids;    // completions, a token-id prompt
+    // chat: add_generation_prompt, continue_final_message, chat_template_kwargs
+    ChatTemplateOptions template_options;
+    // chat: tools, tool_choice, parallel_tool_calls (chat_request.h)
+    ToolRequest tools;
+    std::string prompt_text;          // completions, a string prompt
+    std::vector<TokenId> prompt_ids;  // completions, a token-id prompt
     SamplingParams params;
     // false: max_tokens was not given, and the server fills the context (chat) after tokenizing
     bool max_tokens_given = false;

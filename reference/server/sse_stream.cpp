@@ -120,14 +120,16 @@ bool SseStream::write_tool_calls(size_t index, const char*& finish_reason,
     Choice& choice = choices_[index];
     const ToolCallStream::End end = choice.tool_calls->finish();
     if (!end.content.empty()) {
-        if (!send(sink, sse(stream_chunk(header_, int(index), end.content, nullptr, choice.first)))) {
+        if (!send(sink,
+                  sse(stream_chunk(header_, int(index), end.content, nullptr, choice.first)))) {
             return false;
         }
         choice.first = false;
     }
     const nlohmann::json calls = tool_calls_json(end.calls, call_ids_);
     for (size_t i = 0; i < calls.size(); ++i) {
-        if (!send(sink, sse(tool_call_chunk(header_, int(index), int(i), calls[i], choice.first)))) {
+        if (!send(sink,
+                  sse(tool_call_chunk(header_, int(index), int(i), calls[i], choice.first)))) {
             return false;
         }
         choice.first = false;

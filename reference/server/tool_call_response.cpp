@@ -5,7 +5,8 @@
 
 namespace servelab {
 
-ToolCallIds::ToolCallIds(ToolCallFormat format) : format_(format), random_(std::random_device{}()) {}
+ToolCallIds::ToolCallIds(ToolCallFormat format)
+    : format_(format), random_(std::random_device{}()) {}
 
 std::string ToolCallIds::next() {
     static constexpr char kAlphabet[] =

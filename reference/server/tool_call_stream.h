@@ -51,10 +51,10 @@ class ToolCallStream {
     ToolCallFormat format_;
     ToolCallSyntax syntax_;
     size_t max_calls_;
-    std::string answer_;     // every piece so far
-    size_t released_ = 0;    // answer_'s first bytes, returned as content
-    bool holding_ = false;   // a marker began at released_: hold the rest
-    bool plain_ = false;     // starts_at_beginning: the answer began with no marker
+    std::string answer_;    // every piece so far
+    size_t released_ = 0;   // answer_'s first bytes, returned as content
+    bool holding_ = false;  // a marker began at released_: hold the rest
+    bool plain_ = false;    // starts_at_beginning: the answer began with no marker
 };
 
 }  // namespace servelab

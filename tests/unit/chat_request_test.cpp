@@ -81,12 +81,13 @@ TEST(ChatRequest, ToolCallsAndToolResultsInTheHistory) {
 }
 
 TEST(ChatRequest, ToolsChoiceAndTemplateOptions) {
-    const ApiRequest request = parse_api_request(
-        chat_body(std::string(R"("tools": [)") + kWeather + R"(, {"type": "function", "function": {"name": "now"}}],
+    const ApiRequest request =
+        parse_api_request(chat_body(std::string(R"("tools": [)") + kWeather +
+                                    R"(, {"type": "function", "function": {"name": "now"}}],
             "tool_choice": {"type": "function", "function": {"name": "now"}},
             "parallel_tool_calls": false, "add_generation_prompt": false,
             "continue_final_message": true, "chat_template_kwargs": {"z": 1, "a": {"y": 2, "b": 0.5}})"),
-        true, kLimits);
+                          true, kLimits);
     const ToolRequest& tools = request.tools;
     ASSERT_EQ(tools.functions.size(), 2u);
     EXPECT_EQ(tools.functions[0].name, "get_weather");
@@ -105,14 +106,15 @@ TEST(ChatRequest, ToolsChoiceAndTemplateOptions) {
     EXPECT_TRUE(request.template_options.continue_final_message);
     EXPECT_EQ(request.template_options.extra_variables.dump(), R"({"z":1,"a":{"y":2,"b":0.5}})");
     // Defaults: tools offered, nothing said: "auto", parallel.
-    const ApiRequest plain = parse_api_request(chat_body(std::string(R"("tools": [)") + kWeather + "]"),
-                                               true, kLimits);
+    const ApiRequest plain =
+        parse_api_request(chat_body(std::string(R"("tools": [)") + kWeather + "]"), true, kLimits);
     EXPECT_EQ(plain.tools.choice, ToolChoice::kAuto);
     EXPECT_TRUE(plain.tools.parses_calls());
     EXPECT_FALSE(plain.tools.requires_calls());
     EXPECT_TRUE(plain.template_options.add_generation_prompt);
     const ApiRequest none = parse_api_request(
-        chat_body(std::string(R"("tools": [)") + kWeather + R"(], "tool_choice": "none")"), true, kLimits);
+        chat_body(std::string(R"("tools": [)") + kWeather + R"(], "tool_choice": "none")"), true,
+        kLimits);
     EXPECT_TRUE(none.tools.has_tools()) << "\"none\": the tools are still rendered";
     EXPECT_FALSE(none.tools.parses_calls());
 }
@@ -124,7 +126,8 @@ TEST(ChatRequest, BadFieldsGetA400NamingTheField) {
         {R"("tools": {})", "tools"},
         {R"("tools": [{"type": "retrieval"}])", "tools[0].type"},
         {R"("tools": [{"type": "function"}])", "tools[0].function"},
-        {R"("tools": [{"type": "function", "function": {"name": "bad name"}}])", "tools[0].function.name"},
+        {R"("tools": [{"type": "function", "function": {"name": "bad name"}}])",
+         "tools[0].function.name"},
         {R"("tools": [{"type": "function", "function": {"name": ""}}])", "tools[0].function.name"},
         {R"("tools": [{"type": "function", "function": {"name": 3}}])", "tools[0].function.name"},
         {R"("tools": [{"type": "function", "function": {"name": "f", "description": 1}}])",
@@ -146,7 +149,8 @@ TEST(ChatRequest, BadFieldsGetA400NamingTheField) {
         {R"("tool_choice": "auto")", "tool_choice"},
         {R"("tool_choice": "required")", "tool_choice"},
         {weather + R"(, "tool_choice": "sometimes")", "tool_choice"},
-        {weather + R"(, "tool_choice": {"type": "function", "function": {"name": "nope"}})", "tool_choice"},
+        {weather + R"(, "tool_choice": {"type": "function", "function": {"name": "nope"}})",
+         "tool_choice"},
         {weather + R"(, "tool_choice": {"function": {"name": "get_weather"}})", "tool_choice"},
         {weather + R"(, "parallel_tool_calls": 1)", "parallel_tool_calls"},
         {R"("add_generation_prompt": "no")", "add_generation_prompt"},
@@ -192,12 +196,14 @@ TEST(ChatRequest, BadMessagesGetA400NamingTheField) {
         {R"({"role": "function", "content": "x"})", "messages[0].role"},
     };
     for (const auto& [message, param] : cases) {
-        const ApiError error = refusal(Json::parse(R"({"model": "m", "messages": [)" + message + "]}"));
+        const ApiError error =
+            refusal(Json::parse(R"({"model": "m", "messages": [)" + message + "]}"));
         EXPECT_EQ(error.param, param) << message << ": " << error.message;
     }
     // Arguments nested past the limit, inside a string the body's own limit cannot see.
     const std::string deep = std::string(200, '[') + std::string(200, ']');
-    const Json body = Json::parse(R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"id":
+    const Json body =
+        Json::parse(R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"id":
         "a", "function": {"name": "f", "arguments": ""}}]}]})");
     Json deep_body = body;
     deep_body["messages"][0]["tool_calls"][0]["function"]["arguments"] = "{\"a\": " + deep + "}";
@@ -205,16 +211,18 @@ TEST(ChatRequest, BadMessagesGetA400NamingTheField) {
 }
 
 TEST(ChatRequest, CompletionsRefuseTheChatFields) {
-    for (const char* field : {R"("tools": [])", R"("tool_choice": "auto")", R"("parallel_tool_calls": true)",
-                              R"("add_generation_prompt": true)", R"("continue_final_message": true)",
-                              R"("chat_template_kwargs": {})"}) {
-        const ApiError error =
-            refusal(Json::parse(std::string(R"({"model": "m", "prompt": "x", )") + field + "}"), false);
+    for (const char* field :
+         {R"("tools": [])", R"("tool_choice": "auto")", R"("parallel_tool_calls": true)",
+          R"("add_generation_prompt": true)", R"("continue_final_message": true)",
+          R"("chat_template_kwargs": {})"}) {
+        const ApiError error = refusal(
+            Json::parse(std::string(R"({"model": "m", "prompt": "x", )") + field + "}"), false);
         EXPECT_EQ(error.status, 400) << field;
         EXPECT_NE(error.message.find("chat"), std::string::npos) << field << ": " << error.message;
     }
-    EXPECT_EQ(refusal(Json::parse(R"({"model": "m", "prompt": "x", "functions": []})"), false).param,
-              "functions");
+    EXPECT_EQ(
+        refusal(Json::parse(R"({"model": "m", "prompt": "x", "functions": []})"), false).param,
+        "functions");
 }
 
 // The front door with a tiny model whose chat template is `chat_template`.
@@ -241,7 +249,8 @@ class ChatFrontDoor : public ::testing::Test {
 // A template that shows what reached it, in the Hermes format's family.
 constexpr const char* kEchoTemplate =
     "{# <tool_call> #}{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}"
-    "{% if tools %}tools={{ tools|map(attribute='function')|map(attribute='name')|join(',') }}{% endif %}"
+    "{% if tools %}tools={{ tools|map(attribute='function')|map(attribute='name')|join(',') }}{% "
+    "endif %}"
     "{% if add_generation_prompt %}<gen>{% endif %}{{ flavour }}";
 
 TEST_F(ChatFrontDoor, TheRequestsOptionsAndToolsReachTheTemplate) {
@@ -255,7 +264,8 @@ TEST_F(ChatFrontDoor, TheRequestsOptionsAndToolsReachTheTemplate) {
     const EngineRequest engine_request = builder.build(spec_of(request));
     EXPECT_EQ(engine_request.tools.format, ToolCallFormat::kHermes);
     EXPECT_EQ(engine_request.tools.choice, ToolChoice::kAuto);
-    EXPECT_EQ(model.tokenizer.decode(engine_request.prompt, true), "[user:Hi]tools=get_weather<gen>mint");
+    EXPECT_EQ(model.tokenizer.decode(engine_request.prompt, true),
+              "[user:Hi]tools=get_weather<gen>mint");
     // continue_final_message: the last message left open (the ChatML fallback cuts the same way).
     const ApiRequest prefilled = parse_api_request(
         Json::parse(R"({"model": "m", "messages": [{"role": "user", "content": "Count"},
@@ -265,8 +275,9 @@ TEST_F(ChatFrontDoor, TheRequestsOptionsAndToolsReachTheTemplate) {
     EXPECT_EQ(builder.render_chat(prefilled.messages, prefilled.template_options),
               "[user:Count][assistant:One, two,");
     const Model chatml_model = model_with("");
-    EXPECT_EQ(RequestBuilder(chatml_model).render_chat(prefilled.messages, prefilled.template_options),
-              "<|im_start|>user\nCount<|im_end|>\n<|im_start|>assistant\nOne, two,");
+    EXPECT_EQ(
+        RequestBuilder(chatml_model).render_chat(prefilled.messages, prefilled.template_options),
+        "<|im_start|>user\nCount<|im_end|>\n<|im_start|>assistant\nOne, two,");
 }
 
 // Until the engine forces calls with a grammar, a choice that requires them
@@ -274,10 +285,11 @@ TEST_F(ChatFrontDoor, TheRequestsOptionsAndToolsReachTheTemplate) {
 TEST_F(ChatFrontDoor, ChoicesThatRequireCallsAreRefusedWithoutAGrammar) {
     const Model model = model_with(kEchoTemplate);
     const RequestBuilder builder(model);
-    for (const char* choice : {R"("required")", R"({"type": "function", "function": {"name": "get_weather"}})"}) {
+    for (const char* choice :
+         {R"("required")", R"({"type": "function", "function": {"name": "get_weather"}})"}) {
         const ApiRequest request = parse_api_request(
-            chat_body(std::string(R"("tools": [)") + kWeather + R"(], "tool_choice": )" + choice), true,
-            kLimits);
+            chat_body(std::string(R"("tools": [)") + kWeather + R"(], "tool_choice": )" + choice),
+            true, kLimits);
         try {
             builder.build(spec_of(request));
             ADD_FAILURE() << "tool_choice " << choice << " accepted without a grammar to force it";
@@ -288,9 +300,10 @@ TEST_F(ChatFrontDoor, ChoicesThatRequireCallsAreRefusedWithoutAGrammar) {
 }
 
 TEST_F(ChatFrontDoor, ToolsAreRefusedWithoutAToolCallFormat) {
-    const ApiRequest request = parse_api_request(
-        chat_body(std::string(R"("tools": [)") + kWeather + "]"), true, kLimits);
-    for (const std::string chat_template : {std::string(""), std::string("{{ messages[0].content }}")}) {
+    const ApiRequest request =
+        parse_api_request(chat_body(std::string(R"("tools": [)") + kWeather + "]"), true, kLimits);
+    for (const std::string chat_template :
+         {std::string(""), std::string("{{ messages[0].content }}")}) {
         const Model model = model_with(chat_template);
         const RequestBuilder builder(model);
         EXPECT_EQ(builder.tool_call_format(), ToolCallFormat::kNone);
@@ -299,7 +312,8 @@ TEST_F(ChatFrontDoor, ToolsAreRefusedWithoutAToolCallFormat) {
             ADD_FAILURE() << "tools accepted by a model without a tool-call format";
         } catch (const RequestError& e) {
             EXPECT_EQ(e.param(), "tools");
-            EXPECT_NE(std::string(e.what()).find("does not support tool calling"), std::string::npos);
+            EXPECT_NE(std::string(e.what()).find("does not support tool calling"),
+                      std::string::npos);
         }
     }
 }

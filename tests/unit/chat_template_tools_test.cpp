@@ -1,4 +1,5 @@
-// chat_template_tools_test.cpp — requests with tools, tool calls and template options render as jinja2 renders them.
+// chat_template_tools_test.cpp — requests with tools, tool calls and template options render as
+// jinja2 renders them.
 //
 // Part of the serving tests (chapter 11, serving: chat templates and tool calling).
 // The expected strings are Python jinja2's (tools/goldens/make_chat_template_goldens.py,
@@ -46,7 +47,8 @@ std::string read_file(const std::string& path) {
 
 // Ordered: a tool list must reach the template in the order Python's dicts keep.
 const Json& goldens() {
-    static const Json golden = Json::parse(read_file(source_path(std::string(kFolder) + "goldens.json")));
+    static const Json golden =
+        Json::parse(read_file(source_path(std::string(kFolder) + "goldens.json")));
     return golden;
 }
 
@@ -71,7 +73,8 @@ Json request_body(const Json& c) {
                  {"add_generation_prompt", c.at("add_generation_prompt")},
                  {"continue_final_message", c.at("continue_final_message")},
                  {"chat_template_kwargs", c.at("chat_template_kwargs")}};
-    if (!c.at("tools").is_null()) body["tools"] = golden.at("tool_sets").at(c.at("tools").get<std::string>());
+    if (!c.at("tools").is_null())
+        body["tools"] = golden.at("tool_sets").at(c.at("tools").get<std::string>());
     return body;
 }
 
@@ -98,12 +101,12 @@ std::string render_case(const Json& c, std::string& error) {
 TEST(ChatTemplateTools, RequestsWithToolsRenderLikeJinja2) {
     size_t checked = 0, raised = 0;
     for (const Json& c : goldens().at("tool_cases")) {
-        const std::string label = c.at("template").get<std::string>() + " with \"" +
-                                  c.at("messages").get<std::string>() + "\", tools " +
-                                  c.at("tools").dump() + ", add_generation_prompt " +
-                                  c.at("add_generation_prompt").dump() + ", kwargs " +
-                                  c.at("chat_template_kwargs").dump() + ", continue_final_message " +
-                                  c.at("continue_final_message").dump();
+        const std::string label =
+            c.at("template").get<std::string>() + " with \"" + c.at("messages").get<std::string>() +
+            "\", tools " + c.at("tools").dump() + ", add_generation_prompt " +
+            c.at("add_generation_prompt").dump() + ", kwargs " +
+            c.at("chat_template_kwargs").dump() + ", continue_final_message " +
+            c.at("continue_final_message").dump();
         std::string error;
         const std::string output = render_case(c, error);
         ++checked;
@@ -114,8 +117,8 @@ TEST(ChatTemplateTools, RequestsWithToolsRenderLikeJinja2) {
             continue;
         }
         const std::string want = c.at("output");
-        EXPECT_TRUE(error.empty()) << label << ": jinja2 renders " << visible(want)
-                                   << " but servelab threw: " << error;
+        EXPECT_TRUE(error.empty())
+            << label << ": jinja2 renders " << visible(want) << " but servelab threw: " << error;
         EXPECT_EQ(output, want) << label << "\n  servelab: " << visible(output)
                                 << "\n  jinja2:   " << visible(want);
     }
@@ -152,8 +155,9 @@ TEST(ChatTemplateTools, FloatsCompareButDoNoArithmetic) {
 TEST(ChatTemplateTools, ReservedVariablesAreRefusedByName) {
     for (const char* name : {"messages", "tools", "add_generation_prompt", "bos_token",
                              "raise_exception", "continue_final_message"}) {
-        const std::string message =
-            test::error_of([&] { check_template_variables(Json{{"fine", 1}, {name, true}}); });
+        const std::string message = test::error_of([&] {
+            check_template_variables(Json{{"fine", 1}, {name, true}});
+        });
         EXPECT_NE(message.find(std::string("'") + name + "'"), std::string::npos) << message;
     }
     EXPECT_NO_THROW(check_template_variables(Json{{"enable_thinking", false}}));
@@ -171,12 +175,13 @@ TEST(ChatTemplateTools, ContinueFinalMessageCutsAsTransformersDoes) {
     // The last occurrence counts.
     const std::vector<ChatMessage> repeated = {{"user", "x"}, {"assistant", "x"}};
     EXPECT_EQ(cut_after_final_message("[x][x]!", repeated), "[x][x");
-    EXPECT_FALSE(test::error_of([&] { cut_after_final_message("<a>other</a>", prefilled); }).empty());
+    EXPECT_FALSE(
+        test::error_of([&] { cut_after_final_message("<a>other</a>", prefilled); }).empty());
     EXPECT_FALSE(test::error_of([] { cut_after_final_message("text", {}); }).empty());
     ChatMessage calls_only{"assistant", ""};
     calls_only.content_is_null = true;
-    EXPECT_FALSE(test::error_of([&] { cut_after_final_message("text", std::vector{calls_only}); })
-                     .empty());
+    EXPECT_FALSE(
+        test::error_of([&] { cut_after_final_message("text", std::vector{calls_only}); }).empty());
     // Both flags: refused by the renderer too.
     ChatTemplateInputs inputs{prefilled, true, "", ""};
     inputs.continue_final_message = true;
@@ -222,8 +227,9 @@ TEST(ChatTemplateTools, TextModeKeepsControlTextInToolTurnsPlain) {
             return std::count(v.begin(), v.end(), end);
         };
         EXPECT_EQ(count(ids), count(parsed) - 3)
-            << name << ": the messages' three \"<|im_end|>\" must be plain text, the template's "
-                       "own control tokens";
+            << name
+            << ": the messages' three \"<|im_end|>\" must be plain text, the template's "
+               "own control tokens";
     }
 }
 

@@ -66,7 +66,8 @@ TEST(TinyModel, AddedTokensAreUserDefinedAndDecodeToTheirText) {
         EXPECT_EQ(model.tokenizer.encode("a" + text, false).back(), id);
     }
     options.user_tokens = {"[X]", "[X]"};
-    EXPECT_THAT(test::error_of([&] { make_tiny_model(options); }), ::testing::HasSubstr("added token"));
+    EXPECT_THAT(test::error_of([&] { make_tiny_model(options); }),
+                ::testing::HasSubstr("added token"));
 }
 
 TEST(TinyModel, RejectsUnknownWeightType) {

@@ -34,13 +34,15 @@ const ToolCallFormat kFormats[] = {ToolCallFormat::kHermes, ToolCallFormat::kLla
                                    ToolCallFormat::kMistral};
 
 std::string read_template(const std::string& name) {
-    std::ifstream in(source_path("data/golden/chat_templates/" + name + ".jinja"), std::ios::binary);
+    std::ifstream in(source_path("data/golden/chat_templates/" + name + ".jinja"),
+                     std::ios::binary);
     if (!in) throw std::runtime_error("cannot read template " + name);
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 std::string shown(std::string_view text) {
-    return nlohmann::json(std::string(text)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return nlohmann::json(std::string(text))
+        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 TEST(ToolCallFormat, EachCommittedTemplateShowsItsFormat) {
@@ -70,32 +72,35 @@ std::string rendered_call(const std::string& name, const std::string& eos) {
     std::vector<ChatMessage> answered = asked;
     ChatMessage call{"assistant", ""};
     call.content_is_null = true;
-    call.tool_calls =
-        std::vector<ToolCall>{{"abc123XYZ", "get_weather", R"({"city": "Paris", "unit": "celsius"})"}};
+    call.tool_calls = std::vector<ToolCall>{
+        {"abc123XYZ", "get_weather", R"({"city": "Paris", "unit": "celsius"})"}};
     answered.push_back(call);
-    const Json tools = Json::array({{{"type", "function"}, {"function", {{"name", "get_weather"}}}}});
+    const Json tools =
+        Json::array({{{"type", "function"}, {"function", {{"name", "get_weather"}}}}});
     const ChatTemplate tmpl = ChatTemplate::parse(read_template(name));
     ChatTemplateInputs before{asked, true, "<s>", eos, tools};
     ChatTemplateInputs after{answered, false, "<s>", eos, tools};
     const std::string prompt = tmpl.render(before);
     const std::string whole = tmpl.render(after);
-    if (!whole.starts_with(prompt)) return "(the rendering with the call does not extend the prompt)";
+    if (!whole.starts_with(prompt))
+        return "(the rendering with the call does not extend the prompt)";
     const std::string answer = whole.substr(prompt.size());
     return answer.substr(0, answer.find(eos));
 }
 
 TEST(ToolCallParser, WhatEachTemplateWritesForACallParsesBack) {
-    for (const auto& [name, eos] : std::vector<std::pair<std::string, std::string>>{
-             {"qwen2.5-7b-instruct", "<|im_end|>"},
-             {"llama-3.1-8b-instruct", "<|eot_id|>"},
-             {"mistral-nemo-instruct-2407", "</s>"}}) {
+    for (const auto& [name, eos] :
+         std::vector<std::pair<std::string, std::string>>{{"qwen2.5-7b-instruct", "<|im_end|>"},
+                                                          {"llama-3.1-8b-instruct", "<|eot_id|>"},
+                                                          {"mistral-nemo-instruct-2407", "</s>"}}) {
         const std::string answer = rendered_call(name, eos);
         const ToolCallParse parse =
             parse_tool_calls(detect_tool_call_format(read_template(name)), answer);
         ASSERT_TRUE(parse.called) << name << " wrote " << shown(answer);
         ASSERT_EQ(parse.calls.size(), 1u) << name;
         EXPECT_EQ(parse.calls[0].name, "get_weather") << name;
-        EXPECT_EQ(Json::parse(parse.calls[0].arguments), Json({{"city", "Paris"}, {"unit", "celsius"}}))
+        EXPECT_EQ(Json::parse(parse.calls[0].arguments),
+                  Json({{"city", "Paris"}, {"unit", "celsius"}}))
             << name;
         EXPECT_EQ(parse.content, "") << name;
     }
@@ -103,11 +108,30 @@ TEST(ToolCallParser, WhatEachTemplateWritesForACallParsesBack) {
 
 // Strings that stress a parser: its markers, brackets, quotes, escapes, Unicode.
 std::string random_string(test::RandomSource& rng) {
-    static const std::vector<std::string> pieces = {
-        "a", "Paris", " ", "\"", "\\", "{", "}", "[", "]", ";", ",", "</tool_call>", "<tool_call>",
-        "[TOOL_CALLS]", "<|python_tag|>", "\n", "é", "日本", "🙂", ":", "null"};
+    static const std::vector<std::string> pieces = {"a",
+                                                    "Paris",
+                                                    " ",
+                                                    "\"",
+                                                    "\\",
+                                                    "{",
+                                                    "}",
+                                                    "[",
+                                                    "]",
+                                                    ";",
+                                                    ",",
+                                                    "</tool_call>",
+                                                    "<tool_call>",
+                                                    "[TOOL_CALLS]",
+                                                    "<|python_tag|>",
+                                                    "\n",
+                                                    "é",
+                                                    "日本",
+                                                    "🙂",
+                                                    ":",
+                                                    "null"};
     std::string text;
-    for (int64_t i = rng.integer(0, 5); i > 0; --i) text += pieces[rng.integer(0, int64_t(pieces.size()) - 1)];
+    for (int64_t i = rng.integer(0, 5); i > 0; --i)
+        text += pieces[rng.integer(0, int64_t(pieces.size()) - 1)];
     return text;
 }
 
@@ -123,12 +147,14 @@ Json random_json(test::RandomSource& rng, int depth) {
             return nullptr;
         case 4: {
             Json list = Json::array();
-            for (int64_t i = rng.integer(0, 3); i > 0; --i) list.push_back(random_json(rng, depth + 1));
+            for (int64_t i = rng.integer(0, 3); i > 0; --i)
+                list.push_back(random_json(rng, depth + 1));
             return list;
         }
         default: {
             Json object = Json::object();
-            for (int64_t i = rng.integer(0, 3); i > 0; --i) object[random_string(rng)] = random_json(rng, depth + 1);
+            for (int64_t i = rng.integer(0, 3); i > 0; --i)
+                object[random_string(rng)] = random_json(rng, depth + 1);
             return object;
         }
     }
@@ -142,9 +168,11 @@ struct Call {
 std::vector<Call> random_calls(test::RandomSource& rng) {
     std::vector<Call> calls(size_t(rng.integer(1, 3)));
     for (Call& call : calls) {
-        call.name = std::string(1, char('a' + rng.integer(0, 25))) + "_" + std::to_string(rng.integer(0, 99));
+        call.name = std::string(1, char('a' + rng.integer(0, 25))) + "_" +
+                    std::to_string(rng.integer(0, 99));
         call.arguments = Json::object();
-        for (int64_t i = rng.integer(0, 3); i > 0; --i) call.arguments[random_string(rng)] = random_json(rng, 1);
+        for (int64_t i = rng.integer(0, 3); i > 0; --i)
+            call.arguments[random_string(rng)] = random_json(rng, 1);
     }
     return calls;
 }
@@ -156,19 +184,22 @@ std::string written(const ToolCallSyntax& syntax, const std::string& content,
     for (size_t i = 0; i < calls.size(); ++i) {
         if (i > 0) text += syntax.call_separator;
         text += syntax.call_begin + "{\"" + syntax.name_key + "\": " + Json(calls[i].name).dump() +
-                ", \"" + syntax.arguments_key + "\": " + calls[i].arguments.dump() + "}" + syntax.call_end;
+                ", \"" + syntax.arguments_key + "\": " + calls[i].arguments.dump() + "}" +
+                syntax.call_end;
     }
     return text + syntax.calls_end;
 }
 
 // Text before the calls, which cannot hold a marker of the format.
 std::string random_content(test::RandomSource& rng) {
-    static const std::vector<std::string> pieces = {"Let me check", ".", " ", "\n", "{", "<tool", "[TOOL",
-                                                    "é", "}", "call>", "CALLS]"};
+    static const std::vector<std::string> pieces = {
+        "Let me check", ".", " ", "\n", "{", "<tool", "[TOOL", "é", "}", "call>", "CALLS]"};
     std::string text;
-    for (int64_t i = rng.integer(0, 6); i > 0; --i) text += pieces[rng.integer(0, int64_t(pieces.size()) - 1)];
+    for (int64_t i = rng.integer(0, 6); i > 0; --i)
+        text += pieces[rng.integer(0, int64_t(pieces.size()) - 1)];
     for (const std::string marker : {"<tool_call>", "[TOOL_CALLS]"}) {
-        for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker)) text.erase(at, 1);
+        for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker))
+            text.erase(at, 1);
     }
     return text;
 }
@@ -182,8 +213,9 @@ TEST(ToolCallParser, CallsWrittenByTheSyntaxParseBack) {
             const std::string content = syntax.content_before_calls ? random_content(rng) : "";
             const std::string answer = written(syntax, content, calls);
             const ToolCallParse parse = parse_tool_calls(format, answer);
-            ASSERT_TRUE(parse.called) << tool_call_format_name(format) << " did not read its own syntax: "
-                                      << shown(answer) << "\n  " << rng.trace();
+            ASSERT_TRUE(parse.called)
+                << tool_call_format_name(format)
+                << " did not read its own syntax: " << shown(answer) << "\n  " << rng.trace();
             EXPECT_EQ(parse.content, content) << shown(answer) << "\n  " << rng.trace();
             ASSERT_EQ(parse.calls.size(), calls.size()) << shown(answer) << "\n  " << rng.trace();
             for (size_t i = 0; i < calls.size(); ++i) {
@@ -203,7 +235,7 @@ struct Example {
     ToolCallFormat format;
     std::string answer;
     bool called;
-    std::string content;         // when called
+    std::string content;             // when called
     std::vector<std::string> names;  // when called
 };
 
@@ -214,11 +246,21 @@ TEST(ToolCallParser, SlackAndMalformedAnswers) {
         // hermes
         {F::kHermes, "Sure.\n<tool_call>\n" + call + "\n</tool_call>", true, "Sure.\n", {"f"}},
         {F::kHermes, "<tool_call>" + call, true, "", {"f"}},  // last block left open
-        {F::kHermes, "<tool_call>" + call + "</tool_call> and <tool_call>" + call + "</tool_call> end",
-         true, "", {"f", "f"}},  // text between and after is dropped
-        {F::kHermes, R"(<tool_call>{"name": "g", "parameters": {"x": "</tool_call>"}}</tool_call>)", true,
-         "", {"g"}},
-        {F::kHermes, R"(<tool_call>{"name": "g", "arguments": "{\"x\": 2}"}</tool_call>)", true, "", {"g"}},
+        {F::kHermes,
+         "<tool_call>" + call + "</tool_call> and <tool_call>" + call + "</tool_call> end",
+         true,
+         "",
+         {"f", "f"}},  // text between and after is dropped
+        {F::kHermes,
+         R"(<tool_call>{"name": "g", "parameters": {"x": "</tool_call>"}}</tool_call>)",
+         true,
+         "",
+         {"g"}},
+        {F::kHermes,
+         R"(<tool_call>{"name": "g", "arguments": "{\"x\": 2}"}</tool_call>)",
+         true,
+         "",
+         {"g"}},
         {F::kHermes, "no calls here", false, "", {}},
         {F::kHermes, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}", false, "", {}},
         {F::kHermes, "<tool_call>{\"arguments\": {}}</tool_call>", false, "", {}},
@@ -228,7 +270,11 @@ TEST(ToolCallParser, SlackAndMalformedAnswers) {
         {F::kHermes, "<tool_call>not json</tool_call>", false, "", {}},
         {F::kHermes, "<tool_call>" + call + " junk</tool_call>", false, "", {}},
         {F::kHermes, "<tool_call>" + call + "</tool_call><tool_call>oops", false, "", {}},
-        {F::kHermes, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"\xff\"}}</tool_call>", false, "", {}},
+        {F::kHermes,
+         "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"\xff\"}}</tool_call>",
+         false,
+         "",
+         {}},
         // llama3_json
         {F::kLlama3Json, R"({"name": "f", "parameters": {"a": 1}})", true, "", {"f"}},
         {F::kLlama3Json, "  <|python_tag|>" + call + " ; " + call + "\n", true, "", {"f", "f"}},
@@ -239,7 +285,11 @@ TEST(ToolCallParser, SlackAndMalformedAnswers) {
         {F::kLlama3Json, "[" + call + "]", false, "", {}},
         {F::kLlama3Json, "", false, "", {}},
         // mistral
-        {F::kMistral, "Checking.[TOOL_CALLS][" + call + ", " + call + "]", true, "Checking.", {"f", "f"}},
+        {F::kMistral,
+         "Checking.[TOOL_CALLS][" + call + ", " + call + "]",
+         true,
+         "Checking.",
+         {"f", "f"}},
         {F::kMistral, "[TOOL_CALLS] " + call, true, "", {"f"}},  // one object alone
         {F::kMistral, "[TOOL_CALLS][" + call + "] trailing", true, "", {"f"}},
         {F::kMistral, "[TOOL_CALLS]", false, "", {}},
@@ -274,7 +324,8 @@ TEST(ToolCallParser, MutatedAnswersNeverThrow) {
     for (const ToolCallFormat format : kFormats) {
         const ToolCallSyntax syntax = tool_call_syntax(format);
         for (int trial = 0; trial < 700; ++trial) {
-            std::string answer = written(syntax, syntax.content_before_calls ? "Hi. " : "", random_calls(rng));
+            std::string answer =
+                written(syntax, syntax.content_before_calls ? "Hi. " : "", random_calls(rng));
             for (int64_t edits = rng.integer(1, 4); edits > 0 && !answer.empty(); --edits) {
                 const size_t at = size_t(rng.integer(0, int64_t(answer.size()) - 1));
                 switch (rng.integer(0, 2)) {
@@ -282,14 +333,16 @@ TEST(ToolCallParser, MutatedAnswersNeverThrow) {
                         answer.erase(at, size_t(rng.integer(1, 8)));
                         break;
                     case 1:
-                        answer.insert(at, 1, alphabet[size_t(rng.integer(0, int64_t(alphabet.size()) - 1))]);
+                        answer.insert(
+                            at, 1, alphabet[size_t(rng.integer(0, int64_t(alphabet.size()) - 1))]);
                         break;
                     default:
                         answer.resize(at);
                 }
             }
             ToolCallParse parse;
-            ASSERT_NO_THROW(parse = parse_tool_calls(format, answer)) << shown(answer) << "\n  " << rng.trace();
+            ASSERT_NO_THROW(parse = parse_tool_calls(format, answer))
+                << shown(answer) << "\n  " << rng.trace();
             ++total;
             if (!parse.called) continue;
             ++still_called;
@@ -309,14 +362,17 @@ TEST(ToolCallParser, DeepNestingIsContent) {
     const std::string deep = std::string(100000, '[') + std::string(100000, ']');
     for (const std::string& answer :
          {"<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": " + deep + "}}</tool_call>",
-          "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": " + std::string(1000, '[') + "\"}",
+          "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": " + std::string(1000, '[') +
+              "\"}",
           "<tool_call>" + std::string(70, '{')}) {
         EXPECT_FALSE(parse_tool_calls(ToolCallFormat::kHermes, answer).called);
     }
-    const std::string nested = std::string(kMaxCallDepth - 2, '[') + std::string(kMaxCallDepth - 2, ']');
-    EXPECT_TRUE(parse_tool_calls(ToolCallFormat::kHermes,
-                                 "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": " + nested + "}}")
-                    .called);
+    const std::string nested =
+        std::string(kMaxCallDepth - 2, '[') + std::string(kMaxCallDepth - 2, ']');
+    EXPECT_TRUE(
+        parse_tool_calls(ToolCallFormat::kHermes,
+                         "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": " + nested + "}}")
+            .called);
 }
 
 TEST(ToolCallSyntax, DescribesEachFormat) {

@@ -28,27 +28,32 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 std::string shown(std::string_view text) {
-    return nlohmann::json(std::string(text)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return nlohmann::json(std::string(text))
+        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // Answers of every kind for `format`: plain text (with pieces of markers),
 // content then calls, calls alone, and broken calls.
 std::string random_answer(ToolCallFormat format, test::RandomSource& rng) {
-    static const std::vector<std::string> text = {"Hi", " ", "\n", "<", "<tool", "_call", ">", "[",
-                                                  "[TOOL", "_CALLS", "]", "{", "}", "é", "\"", "x"};
+    static const std::vector<std::string> text = {"Hi", " ", "\n",    "<",      "<tool", "_call",
+                                                  ">",  "[", "[TOOL", "_CALLS", "]",     "{",
+                                                  "}",  "é", "\"",    "x"};
     const ToolCallSyntax syntax = tool_call_syntax(format);
     std::string answer;
-    for (int64_t i = rng.integer(0, 6); i > 0; --i) answer += text[size_t(rng.integer(0, int64_t(text.size()) - 1))];
+    for (int64_t i = rng.integer(0, 6); i > 0; --i)
+        answer += text[size_t(rng.integer(0, int64_t(text.size()) - 1))];
     if (rng.integer(0, 2) == 0) return answer;  // plain (or whatever the pieces spelled)
     if (!syntax.content_before_calls) answer = rng.integer(0, 1) ? "" : " ";
     answer += syntax.calls_begin;
     for (int64_t i = rng.integer(1, 3); i > 0; --i) {
-        answer += syntax.call_begin + R"({"name": "f)" + std::to_string(i) + R"(", ")" + syntax.arguments_key +
-                  R"(": {"q": "a<tool_call>[TOOL_CALLS]"}})" + syntax.call_end;
+        answer += syntax.call_begin + R"({"name": "f)" + std::to_string(i) + R"(", ")" +
+                  syntax.arguments_key + R"(": {"q": "a<tool_call>[TOOL_CALLS]"}})" +
+                  syntax.call_end;
         if (i > 1) answer += syntax.call_separator;
     }
     answer += syntax.calls_end;
-    if (rng.integer(0, 3) == 0) answer.resize(size_t(rng.integer(0, int64_t(answer.size()))));  // cut short
+    if (rng.integer(0, 3) == 0)
+        answer.resize(size_t(rng.integer(0, int64_t(answer.size()))));  // cut short
     return answer;
 }
 
@@ -67,8 +72,8 @@ TEST(ToolCallStream, StreamedContentAndCallsEqualTheWholeAnswers) {
                 at += length;
             }
             const ToolCallStream::End end = stream.finish();
-            const std::string label = std::string(tool_call_format_name(format)) + " " + shown(answer) +
-                                      "\n  " + rng.trace();
+            const std::string label = std::string(tool_call_format_name(format)) + " " +
+                                      shown(answer) + "\n  " + rng.trace();
             EXPECT_EQ(streamed + end.content, whole.called ? whole.content : answer) << label;
             ASSERT_EQ(end.calls.size(), whole.calls.size()) << label;
             for (size_t i = 0; i < end.calls.size(); ++i) {
@@ -102,11 +107,15 @@ TEST(ToolCallStream, TextThatCannotBeginACallIsSentAtOnce) {
     EXPECT_EQ(llama.push(" {x}"), " {x}") << "a call only begins the answer";
     ToolCallStream json_answer(ToolCallFormat::kLlama3Json, SIZE_MAX);
     EXPECT_EQ(json_answer.push("{\"answer\": 42}"), "");
-    EXPECT_EQ(json_answer.finish().content, "{\"answer\": 42}") << "JSON that is no call is content";
+    EXPECT_EQ(json_answer.finish().content, "{\"answer\": 42}")
+        << "JSON that is no call is content";
 
     ToolCallStream mistral(ToolCallFormat::kMistral, 1);
     EXPECT_EQ(mistral.push("Ok.[TOOL_"), "Ok.");
-    EXPECT_EQ(mistral.push("CALLS][{\"name\": \"a\", \"arguments\": {}}, {\"name\": \"b\", \"arguments\": {}}]"), "");
+    EXPECT_EQ(
+        mistral.push(
+            "CALLS][{\"name\": \"a\", \"arguments\": {}}, {\"name\": \"b\", \"arguments\": {}}]"),
+        "");
     EXPECT_EQ(mistral.finish().calls.size(), 1u) << "max_calls 1 (parallel_tool_calls false)";
 }
 
@@ -125,10 +134,12 @@ TEST(ToolCallResponse, ControlMarkersArePutBackWhereTheirTokenWas) {
     GenerationResult result;
     result.tokens = tokenizer.encode("Ok. ", false);
     result.tokens.push_back(marker);
-    const std::vector<TokenId> calls = tokenizer.encode(R"([{"name": "f", "arguments": {}}])", false);
+    const std::vector<TokenId> calls =
+        tokenizer.encode(R"([{"name": "f", "arguments": {}}])", false);
     result.tokens.insert(result.tokens.end(), calls.begin(), calls.end());
     result.text = tokenizer.decode(result.tokens);
-    EXPECT_EQ(result.text, R"(Ok. [{"name": "f", "arguments": {}}])") << "decoding drops the control token";
+    EXPECT_EQ(result.text, R"(Ok. [{"name": "f", "arguments": {}}])")
+        << "decoding drops the control token";
     EXPECT_EQ(text_with_markers(result, tokenizer, markers),
               R"(Ok. [TOOL_CALLS][{"name": "f", "arguments": {}}])");
     result.text = "Ok";  // a stop string cut the text before the marker
@@ -140,24 +151,28 @@ TEST(ToolCallResponse, ControlMarkersArePutBackWhereTheirTokenWas) {
 
 bool is_id(const std::string& id, const std::string& prefix, size_t letters) {
     if (!id.starts_with(prefix) || id.size() != prefix.size() + letters) return false;
-    return std::all_of(id.begin() + long(prefix.size()), id.end(), [](char c) { return std::isalnum(c); });
+    return std::all_of(id.begin() + long(prefix.size()), id.end(),
+                       [](char c) { return std::isalnum(c); });
 }
 
 TEST(ToolCallResponse, TheWholeResponseCarriesTheCalls) {
     const Tokenizer tokenizer = tiny_tokenizer();
     std::vector<GenerationResult> results(3);
-    results[0].text = "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
-                      "</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+    results[0].text =
+        "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+        "\"Paris\"}}\n"
+        "</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
     results[1].text = "It is sunny.";
     results[2].text = "<tool_call>{\"name\": \"now\", \"arguments\": {}}</tool_call>";
     nlohmann::json body = {{"choices", nlohmann::json::array()}};
     for (const GenerationResult& result : results) {
-        body["choices"].push_back(
-            {{"message", {{"role", "assistant"}, {"content", result.text}}}, {"finish_reason", "stop"}});
+        body["choices"].push_back({{"message", {{"role", "assistant"}, {"content", result.text}}},
+                                   {"finish_reason", "stop"}});
     }
     const nlohmann::json plain = body;
     ToolRequest tools;
-    tools.functions = {{"get_weather", "", Json::object(), false}, {"now", "", Json::object(), false}};
+    tools.functions = {{"get_weather", "", Json::object(), false},
+                       {"now", "", Json::object(), false}};
     tools.format = ToolCallFormat::kHermes;
     tools.choice = ToolChoice::kNone;
     add_tool_calls(body, results, tools, tokenizer);
@@ -177,7 +192,8 @@ TEST(ToolCallResponse, TheWholeResponseCarriesTheCalls) {
         << "arguments are JSON text";
     EXPECT_NE(first["message"]["tool_calls"][1]["id"], call["id"]);
     EXPECT_EQ(body["choices"][1], plain["choices"][1]) << "an answer without calls is untouched";
-    EXPECT_TRUE(body["choices"][2]["message"]["content"].is_null()) << "no text before the call: null";
+    EXPECT_TRUE(body["choices"][2]["message"]["content"].is_null())
+        << "no text before the call: null";
     // parallel_tool_calls false: one call.
     nlohmann::json single = plain;
     tools.parallel_tool_calls = false;
@@ -190,7 +206,8 @@ TEST(ToolCallResponse, TheWholeResponseCarriesTheCalls) {
 
 TEST(ToolCallResponse, AStreamedCallIsOneDeltaWithIndexIdTypeNameAndArguments) {
     const ResponseHeader header{"chatcmpl-1", 7, "m", true};
-    const nlohmann::json call = {{"id", "call_x"}, {"type", "function"},
+    const nlohmann::json call = {{"id", "call_x"},
+                                 {"type", "function"},
                                  {"function", {{"name", "f"}, {"arguments", "{\"a\":1}"}}}};
     const nlohmann::json chunk = tool_call_chunk(header, 2, 1, call, /*first=*/true);
     EXPECT_EQ(chunk["object"], "chat.completion.chunk");
@@ -205,7 +222,8 @@ TEST(ToolCallResponse, AStreamedCallIsOneDeltaWithIndexIdTypeNameAndArguments) {
     EXPECT_EQ(delta["type"], "function");
     EXPECT_EQ(delta["function"]["name"], "f");
     EXPECT_EQ(delta["function"]["arguments"], "{\"a\":1}");
-    EXPECT_FALSE(tool_call_chunk(header, 0, 0, call, false)["choices"][0]["delta"].contains("role"));
+    EXPECT_FALSE(
+        tool_call_chunk(header, 0, 0, call, false)["choices"][0]["delta"].contains("role"));
 }
 
 }  // namespace
