@@ -7,25 +7,32 @@
 #include <algorithm>
 #include <charconv>
 
+#include <nlohmann/json.hpp>
+
 namespace servelab {
 namespace {
 
 // Stands in for a message's control-token text while the template renders:
-// kPlaceholderStart, the text's index in the table, kPlaceholderEnd. Neither
-// byte is printable, so no template writes them and no filter changes them.
-constexpr char kPlaceholderStart = '\x1e';
-constexpr char kPlaceholderEnd = '\x1f';
+// kPlaceholderStart, the text's index in the table, kPlaceholderEnd. They are
+// the private-use characters U+E000 and U+E001: no template writes them, and
+// nothing a template does to text changes them (trim does not strip them,
+// as it would the ASCII separators U+001C..U+001F; upper and lower keep
+// them; tojson does not escape them, as it escapes control characters, and
+// it is tojson that prints a tool call's arguments or, in Llama 3.1's
+// template, a tool's answer).
+constexpr std::string_view kPlaceholderStart = "\xEE\x80\x80";
+constexpr std::string_view kPlaceholderEnd = "\xEE\x80\x81";
 
 // Replaces, in `text`, every control-token text (longest first, as the
-// tokenizer matches them) and every kPlaceholderStart byte with a
-// placeholder; the replaced texts are appended to `originals`.
+// tokenizer matches them) and every kPlaceholderStart with a placeholder;
+// the replaced texts are appended to `originals`.
 std::string defuse(std::string_view text, std::span<const std::string_view> control_texts,
                    std::vector<std::string>& originals) {
     std::string out;
     size_t at = 0;
     while (at < text.size()) {
         std::string_view found;
-        if (text[at] == kPlaceholderStart) found = text.substr(at, 1);
+        if (text.substr(at).starts_with(kPlaceholderStart)) found = kPlaceholderStart;
         for (std::string_view control : control_texts) {
             if (found.empty() && text.substr(at).starts_with(control)) found = control;
         }
@@ -33,9 +40,57 @@ std::string defuse(std::string_view text, std::span<const std::string_view> cont
             out += text[at++];
             continue;
         }
-        out += kPlaceholderStart + std::to_string(originals.size()) + kPlaceholderEnd;
+        out += std::string(kPlaceholderStart) + std::to_string(originals.size()) +
+               std::string(kPlaceholderEnd);
         originals.emplace_back(found);
         at += found.size();
+    }
+    return out;
+}
+
+// Every string in the JSON (object keys too), defused.
+void defuse_json(nlohmann::ordered_json& json, std::span<const std::string_view> control_texts,
+                 std::vector<std::string>& originals) {
+    if (json.is_string()) {
+        json = defuse(json.get<std::string>(), control_texts, originals);
+    } else if (json.is_array()) {
+        for (auto& item : json) defuse_json(item, control_texts, originals);
+    } else if (json.is_object()) {
+        nlohmann::ordered_json object = nlohmann::ordered_json::object();
+        for (auto& [key, item] : json.items()) {
+            defuse_json(item, control_texts, originals);
+            object[defuse(key, control_texts, originals)] = item;
+        }
+        json = std::move(object);
+    }
+}
+
+// A tool call's arguments with their strings defused. Text that is not
+// JSON is defused as it is (the renderer refuses it anyway).
+std::string defuse_arguments(const std::string& arguments,
+                             std::span<const std::string_view> control_texts,
+                             std::vector<std::string>& originals) {
+    nlohmann::ordered_json json = nlohmann::ordered_json::parse(arguments, nullptr, false);
+    if (json.is_discarded()) return defuse(arguments, control_texts, originals);
+    defuse_json(json, control_texts, originals);
+    return json.dump();
+}
+
+ChatMessage defuse_message(const ChatMessage& message,
+                           std::span<const std::string_view> control_texts,
+                           std::vector<std::string>& originals) {
+    const auto text = [&](const std::string& s) { return defuse(s, control_texts, originals); };
+    ChatMessage out = message;
+    out.role = text(message.role);
+    out.content = text(message.content);
+    if (message.name) out.name = text(*message.name);
+    if (message.tool_call_id) out.tool_call_id = text(*message.tool_call_id);
+    if (message.tool_calls) {
+        for (ToolCall& call : *out.tool_calls) {
+            call.id = text(call.id);
+            call.name = text(call.name);
+            call.arguments = defuse_arguments(call.arguments, control_texts, originals);
+        }
     }
     return out;
 }
@@ -50,12 +105,12 @@ Restored restore(std::string_view rendered, std::span<const std::string> origina
     Restored out;
     size_t at = 0;
     while (at < rendered.size()) {
-        const size_t end = rendered.find(kPlaceholderEnd, at);
+        const bool starts = rendered.substr(at).starts_with(kPlaceholderStart);
+        const size_t end = starts ? rendered.find(kPlaceholderEnd, at) : std::string_view::npos;
         size_t index = 0;
-        const char* digits = rendered.data() + at + 1;
+        const char* digits = rendered.data() + at + kPlaceholderStart.size();
         const char* digits_end = rendered.data() + std::min(end, rendered.size());
-        const bool placeholder = rendered[at] == kPlaceholderStart &&
-                                 end != std::string_view::npos && digits < digits_end &&
+        const bool placeholder = end != std::string_view::npos && digits < digits_end &&
                                  std::from_chars(digits, digits_end, index).ptr == digits_end &&
                                  index < originals.size();
         if (!placeholder) {
@@ -64,7 +119,7 @@ Restored restore(std::string_view rendered, std::span<const std::string> origina
         }
         out.plain_spans.push_back({out.text.size(), out.text.size() + originals[index].size()});
         out.text += originals[index];
-        at = end + 1;
+        at = end + kPlaceholderEnd.size();
     }
     return out;
 }
@@ -93,8 +148,7 @@ std::vector<TokenId> encode_chat(const Tokenizer& tokenizer, std::span<const Cha
     std::vector<std::string> originals;
     std::vector<ChatMessage> defused;
     for (const ChatMessage& message : messages) {
-        defused.push_back({defuse(message.role, control_texts, originals),
-                           defuse(message.content, control_texts, originals)});
+        defused.push_back(defuse_message(message, control_texts, originals));
     }
     const Restored prompt = restore(render(defused), originals);
     return tokenizer.encode_with_plain_spans(prompt.text, prompt.plain_spans);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -19,12 +20,39 @@
 
 namespace servelab {
 
+// A function call an assistant turn made (OpenAI's message.tool_calls[i],
+// always of type "function").
+struct ToolCall {
+    std::string id;         // what the tool's answer names (its tool_call_id)
+    std::string name;       // the function called
+    std::string arguments;  // its arguments: JSON text ("" reads as {})
+    // The order the client wrote the keys in, which a template that prints a
+    // call with tojson prints (Mistral's prints the function): the official
+    // client sends {"id", "function": {"arguments", "name"}, "type"}, the
+    // API's examples {"id", "type", "function": {"name", "arguments"}}.
+    bool type_before_function = true;
+    bool name_before_arguments = true;
+};
+
+// One turn of a conversation, with what chat templates read of it. A
+// template sees a dict holding role and content, and the other keys only
+// when the message had them (templates test `'tool_calls' in message` and
+// `message.name is defined`), as Hugging Face passes the client's messages.
+struct ChatMessage {
+    std::string role;  // "system", "user", "assistant" or "tool"
+    std::string content;
+    bool content_is_null = false;  // "content": null (an assistant turn of calls only): None
+    // An assistant turn's calls; absent unless the message had "tool_calls".
+    // The template sees each as {"id", "type": "function", "function":
+    // {"name", "arguments"}} with the arguments parsed into an object.
+    std::optional<std::vector<ToolCall>> tool_calls = std::nullopt;
+    std::optional<std::string> tool_call_id = std::nullopt;  // a "tool" turn: the call it answers
+    std::optional<std::string> name = std::nullopt;          // who spoke (a tool's name), if given
+};
+
 // ChatML (the format SmolLM2's chat template produces):
 //   <|im_start|>{role}\n{content}<|im_end|>\n ... <|im_start|>assistant\n
-struct ChatMessage {
-    std::string role;  // "system", "user" or "assistant"
-    std::string content;
-};
+// It shows role and content only (ChatML has no place for tool calls).
 std::string format_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt);
 
 // What a control token's text inside a message's role or content becomes
@@ -47,8 +75,9 @@ using ChatRenderer = std::function<std::string(std::span<const ChatMessage>)>;
 
 // render(messages), tokenized. kParse is exactly
 // tokenizer.encode(render(messages), /*parse_special=*/true). kText first
-// replaces every control token's text inside a role or content by a
-// placeholder, renders, puts the texts back and encodes with those ranges
+// replaces every control token's text inside a message (its role, content,
+// name, tool call id, and its tool calls' ids, names and the strings of
+// their arguments) by a placeholder, renders, puts the texts back and encodes with those ranges
 // kept plain (Tokenizer::encode_with_plain_spans): the template's own markers
 // are control tokens, a message's are text, and for messages that spell no
 // control token the ids are identical to kParse's. Either way

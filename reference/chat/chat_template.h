@@ -5,11 +5,14 @@
 // (tokenizer.chat_template), written for Hugging Face's apply_chat_template.
 // ChatTemplate runs it with a small interpreter for the subset of Jinja that
 // chat templates use (jinja_lexer, jinja_parser, jinja_eval, jinja_builtins),
-// with the variables and settings apply_chat_template gives it, so the prompt
+// with the variables and settings apply_chat_template gives it (tools and
+// tool calls included), so the prompt
 // is the one the model was trained on, byte for byte: for SmolLM2, Llama 3.x,
 // Qwen2.5, Mistral and DeepSeek-V2 tests/unit/chat_template_test.cpp checks
 // it against Python's jinja2. docs/chat_templates.md lists the subset.
 #pragma once
+
+#include <nlohmann/json.hpp>
 
 #include <memory>
 #include <optional>
@@ -28,15 +31,54 @@ namespace jinja {
 struct Template;
 }
 
-// What apply_chat_template passes a template. It also sees `tools` and
-// `documents` as None, and the functions raise_exception(message) and
-// namespace(...). (Not strftime_now: templates that test `is defined` fall
-// back to their own default date.)
+// How a request asks for its conversation to be rendered: the options of
+// Hugging Face's apply_chat_template that OpenAI-compatible servers (vLLM)
+// take as request fields.
+struct ChatTemplateOptions {
+    // Open an assistant turn after the messages (the model answers).
+    bool add_generation_prompt = true;
+    // Leave the last message open instead, so the model continues it (a
+    // prefilled answer): the rendering is cut right after that message's
+    // text, as apply_chat_template(continue_final_message=True) cuts it.
+    // Never together with add_generation_prompt.
+    bool continue_final_message = false;
+    // More variables for the template (chat_template_kwargs), a JSON object:
+    // {"enable_thinking": false}, {"date_string": "1 Jan 2025"}. None may
+    // be named as one of the variables below (check_template_variables).
+    nlohmann::ordered_json extra_variables = nlohmann::ordered_json::object();
+};
+
+// What apply_chat_template passes a template: messages, add_generation_prompt,
+// bos_token, eos_token, tools (None when the request has none) and documents
+// (always None), the functions raise_exception(message) and namespace(...),
+// and the extra variables. (Not strftime_now: templates that test
+// `is defined` fall back to their own default date.)
 struct ChatTemplateInputs {
-    std::span<const ChatMessage> messages;  // each a dict {"role": ..., "content": ...}
+    std::span<const ChatMessage> messages;  // each a dict (ChatMessage says which keys)
     bool add_generation_prompt = true;      // open an assistant turn at the end
     std::string bos_token, eos_token;       // the vocabulary's, as text ("" if none)
+    // The request's tools as it wrote them, a list of {"type": "function",
+    // "function": {"name", "description", "parameters"}}; null: None.
+    nlohmann::ordered_json tools = nullptr;
+    bool continue_final_message = false;  // see ChatTemplateOptions
+    nlohmann::ordered_json extra_variables = nlohmann::ordered_json::object();
 };
+
+// The variable names servelab gives every template; an extra variable may
+// not take one of them (nor "continue_final_message", a request option).
+bool is_reserved_template_variable(std::string_view name);
+// Throws servelab::Error naming the first key of `extra_variables` that is
+// reserved, or saying that it is not a JSON object.
+void check_template_variables(const nlohmann::ordered_json& extra_variables);
+
+// apply_chat_template's continue_final_message: `rendered` cut right after
+// the text of the last message, so that the model continues it. The text is
+// found as Hugging Face finds it (its last occurrence, stripped of
+// whitespace; kept whole where the template kept its trailing whitespace).
+// Throws servelab::Error when there is no message, the last has no content,
+// or the template did not write its text.
+std::string cut_after_final_message(const std::string& rendered,
+                                    std::span<const ChatMessage> messages);
 
 class ChatTemplate {
   public:

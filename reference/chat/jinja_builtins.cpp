@@ -450,7 +450,7 @@ bool apply_test(std::string_view name, const Value& input, const Arguments& args
     if (name == "true") return input.is(K::kBool) && input.as_int() == 1;
     if (name == "false") return input.is(K::kBool) && input.as_int() == 0;
     if (name == "integer") return input.is(K::kInt);
-    if (name == "number") return input.is_integer_like();
+    if (name == "number") return input.is_integer_like() || input.is(K::kFloat);
     if (name == "string") return input.is(K::kString);
     if (name == "mapping") return input.is(K::kDict);
     // Undefined iterates as empty, so jinja2 counts it as iterable and a
@@ -696,6 +696,9 @@ Value apply_operator(std::string_view op, const Value& left, const Value& right,
     }
     if (op == "%" && left.is(Value::Kind::kString))
         throw Error("string formatting with % is not supported");
+    if (left.is(Value::Kind::kFloat) || right.is(Value::Kind::kFloat)) {
+        throw Error("arithmetic on floats is not supported");
+    }
     throw unsupported();
 }
 

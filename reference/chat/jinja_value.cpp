@@ -5,6 +5,8 @@
 #include "reference/chat/jinja_value.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
 
 #include "kernels/common/error.h"
 #include "reference/model/unicode_categories.h"
@@ -101,6 +103,9 @@ void append_json(std::string& out, const Value& value, int indent, int level) {
         case Value::Kind::kInt:
             out += std::to_string(value.as_int());
             return;
+        case Value::Kind::kFloat:
+            out += python_float_repr(value.as_float());
+            return;
         case Value::Kind::kString:
             append_json_string(out, value.as_string());
             return;
@@ -144,6 +149,15 @@ void append_json(std::string& out, const Value& value, int indent, int level) {
     }
 }
 
+// int, bool or float: the values Python compares as numbers.
+bool is_number(const Value& value) {
+    return value.is_integer_like() || value.is(Value::Kind::kFloat);
+}
+
+double as_double(const Value& value) {
+    return value.is(Value::Kind::kFloat) ? value.as_float() : double(value.as_int());
+}
+
 }  // namespace
 
 Value Value::undefined(std::string why) {
@@ -169,6 +183,13 @@ Value Value::integer(int64_t i) {
     Value v;
     v.kind_ = Kind::kInt;
     v.int_ = i;
+    return v;
+}
+
+Value Value::floating(double d) {
+    Value v;
+    v.kind_ = Kind::kFloat;
+    v.float_ = d;
     return v;
 }
 
@@ -224,6 +245,11 @@ int64_t Value::as_int() const {
     return int_;
 }
 
+double Value::as_float() const {
+    if (kind_ != Kind::kFloat) wrong_kind(*this, "a float");
+    return float_;
+}
+
 const std::string& Value::as_string() const {
     if (kind_ != Kind::kString && kind_ != Kind::kFunction) wrong_kind(*this, "a str");
     return *string_;
@@ -277,6 +303,8 @@ std::string_view type_name(const Value& value) {
             return "bool";
         case Value::Kind::kInt:
             return "int";
+        case Value::Kind::kFloat:
+            return "float";
         case Value::Kind::kString:
             return "str";
         case Value::Kind::kList:
@@ -301,6 +329,8 @@ bool truthy(const Value& value) {
         case Value::Kind::kBool:
         case Value::Kind::kInt:
             return value.as_int() != 0;
+        case Value::Kind::kFloat:
+            return value.as_float() != 0.0;
         case Value::Kind::kString:
             return !value.as_string().empty();
         case Value::Kind::kList:
@@ -322,6 +352,8 @@ std::string to_text(const Value& value) {
             return value.as_int() ? "True" : "False";
         case Value::Kind::kInt:
             return std::to_string(value.as_int());
+        case Value::Kind::kFloat:
+            return python_float_repr(value.as_float());
         case Value::Kind::kString:
             return value.as_string();
         default:
@@ -332,6 +364,7 @@ std::string to_text(const Value& value) {
 
 bool equals(const Value& a, const Value& b) {
     if (a.is_integer_like() && b.is_integer_like()) return a.as_int() == b.as_int();
+    if (is_number(a) && is_number(b)) return as_double(a) == as_double(b);
     if (a.kind() != b.kind()) return false;
     switch (a.kind()) {
         case Value::Kind::kString:
@@ -360,6 +393,9 @@ int compare(const Value& a, const Value& b) {
     if (a.is_integer_like() && b.is_integer_like()) {
         return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int() ? 1 : 0;
     }
+    if (is_number(a) && is_number(b)) {
+        return as_double(a) < as_double(b) ? -1 : as_double(a) > as_double(b) ? 1 : 0;
+    }
     // UTF-8 byte order is code point order, which is how Python orders str.
     if (a.is(Value::Kind::kString) && b.is(Value::Kind::kString)) {
         return a.as_string().compare(b.as_string());
@@ -374,6 +410,40 @@ int compare(const Value& a, const Value& b) {
         return x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;
     }
     throw Error("cannot order " + std::string(type_name(a)) + " and " + std::string(type_name(b)));
+}
+
+std::string python_float_repr(double value) {
+    // std::to_chars without a precision gives the shortest digits that read
+    // back exactly, as Python's repr does; only the layout differs.
+    char buffer[64];
+    const auto result =
+        std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::scientific);
+    const std::string scientific(buffer, result.ptr);  // "-1.25e+02"
+    const bool negative = scientific[0] == '-';
+    const size_t e = scientific.find('e');
+    std::string digits;  // "125": the significant digits, no point
+    for (size_t i = negative ? 1 : 0; i < e; ++i) {
+        if (scientific[i] != '.') digits += scientific[i];
+    }
+    const int exponent = std::atoi(scientific.c_str() + e + 1);  // of the first digit
+    std::string out = negative ? "-" : "";
+    if (exponent < -4 || exponent >= 16) {  // "1.5e+16", "1e-05"
+        out.append(digits, 0, 1);
+        if (digits.size() > 1) out.append(".").append(digits, 1);
+        const std::string magnitude = std::to_string(std::abs(exponent));
+        out.append(exponent < 0 ? "e-" : "e+");
+        if (magnitude.size() < 2) out.append("0");
+        out.append(magnitude);
+    } else if (exponent < 0) {  // "0.0001"
+        out.append("0.").append(size_t(-exponent - 1), '0').append(digits);
+    } else if (digits.size() <= size_t(exponent) + 1) {  // "100.0"
+        out.append(digits).append(size_t(exponent) + 1 - digits.size(), '0').append(".0");
+    } else {  // "12.5"
+        out.append(digits, 0, size_t(exponent) + 1)
+            .append(".")
+            .append(digits, size_t(exponent) + 1);
+    }
+    return out;
 }
 
 const Value* find_key(const Dict& dict, std::string_view key) {

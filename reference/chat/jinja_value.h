@@ -5,7 +5,10 @@
 // and dict, plus Jinja's own Undefined (what a missing variable, key or index
 // gives: it prints as nothing and is false), namespace objects (which a
 // template may change in place) and generators (what select, map, items and
-// the like return: one pass over their items, then empty). Every rule here
+// the like return: one pass over their items, then empty). Floats come only
+// from JSON a request hands the template (a tool's schema, chat_template_kwargs):
+// they print, compare and serialize as Python's do, but a template cannot
+// compute with them (no float literals, no float arithmetic). Every rule here
 // is Python's, checked against jinja2 by tests/unit/chat_template_test.cpp.
 // Where servelab cannot match Python byte for byte (printing a list needs
 // Python's repr) it throws servelab::Error rather than print something else.
@@ -35,6 +38,7 @@ class Value {
         kNone,
         kBool,
         kInt,
+        kFloat,
         kString,
         kList,
         kDict,
@@ -50,6 +54,7 @@ class Value {
     static Value none();
     static Value boolean(bool b);
     static Value integer(int64_t i);
+    static Value floating(double d);  // finite only (JSON has no NaN or infinity)
     static Value string(std::string s);
     // Throws servelab::Error when the result would nest deeper than kMaxDepth.
     static Value list(List items);
@@ -69,6 +74,7 @@ class Value {
 
     // The payload; each throws servelab::Error when the kind differs.
     int64_t as_int() const;                // kInt or kBool
+    double as_float() const;               // kFloat
     const std::string& as_string() const;  // kString, or kFunction's name
     std::string undefined_reason() const;
     const List& as_list() const;
@@ -90,6 +96,7 @@ class Value {
   private:
     Kind kind_ = Kind::kUndefined;
     int64_t int_ = 0;
+    double float_ = 0.0;
     int depth_ = 0;
     // Shared and immutable, so copying a Value (every variable read) is cheap.
     std::shared_ptr<const std::string> string_;  // also kFunction's name, kUndefined's reason
@@ -110,9 +117,14 @@ std::string_view type_name(const Value& value);
 bool truthy(const Value& value);
 
 // Python's str(value): what {{ value }} prints and what `~` joins. Undefined
-// is "", None "None", True "True". Throws for lists, dicts, namespaces and
-// functions (their repr is not reproduced).
+// is "", None "None", True "True", a float its repr ("0.5", "1e-05"). Throws for lists, dicts,
+// namespaces and functions (their repr is not reproduced).
 std::string to_text(const Value& value);
+
+// Python's repr of a float: the shortest digits that read back as `value`,
+// positional for exponents -4 to 15 ("100.0", "0.0001"), else scientific
+// ("1e-05", "1.5e+16"). json.dumps writes floats the same way.
+std::string python_float_repr(double value);
 
 // Python's ==, with Jinja's rule that two Undefineds are equal.
 bool equals(const Value& a, const Value& b);

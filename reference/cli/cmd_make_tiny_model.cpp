@@ -93,6 +93,11 @@ void add_make_tiny_model(CLI::App& app) {
     cmd->add_option("--chat-template", opts->chat_template_file,
                     "a file whose text becomes tokenizer.chat_template (default: none)")
         ->check(CLI::ExistingFile);
+    // One text per flag, taken whole: without allow_extra_args(false), CLI11
+    // splits a value like "[a, b]" at its commas.
+    cmd->add_option("--add-token", opts->model.user_tokens,
+                    "a user-defined token, decoding to its own text (repeatable)")
+        ->allow_extra_args(false);
     cmd->callback([opts] { run_make_tiny_model(*opts); });
 }
 

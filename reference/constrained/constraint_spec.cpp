@@ -25,7 +25,9 @@ Grammar grammar_of(const ConstraintSpec& spec) {
         case ConstraintSpec::Kind::kJsonObject:
             return json_object_grammar();
         case ConstraintSpec::Kind::kJsonSchema: {
-            const nlohmann::json schema = nlohmann::json::parse(spec.text, nullptr, false);
+            // Ordered: the properties come out as the schema lists them.
+            const nlohmann::ordered_json schema =
+                nlohmann::ordered_json::parse(spec.text, nullptr, false);
             if (schema.is_discarded()) throw GrammarError("the JSON schema is not valid JSON");
             return json_schema_grammar(schema);
         }

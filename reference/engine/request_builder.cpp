@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "reference/chat/tool_call_grammar.h"
 #include "reference/constrained/json_schema_grammar.h"
 
 namespace servelab {
@@ -15,21 +16,32 @@ RequestBuilder::RequestBuilder(const Model& model, RequestBuilderOptions options
       options_(options),
       context_length_(capped_context_length(model.config, options.max_model_len)) {
     chat_template_ = load_chat_template(model.file, fallback_reason_);
+    if (chat_template_) {
+        tool_call_format_ =
+            detect_tool_call_format(model.file.get_string("tokenizer.chat_template", ""));
+    }
 }
 
 std::string RequestBuilder::render_chat(std::span<const ChatMessage> messages,
-                                        bool add_generation_prompt) const {
-    if (!chat_template_) {
-        // Said once, and only to a front end that renders a conversation.
-        std::call_once(fallback_warned_,
-                       [this] { spdlog::warn("{}: chat prompts use ChatML", fallback_reason_); });
-        return format_chatml(messages, add_generation_prompt);
-    }
-    ChatTemplateInputs inputs;
-    inputs.messages = messages;
-    inputs.add_generation_prompt = add_generation_prompt;
-    set_special_tokens(inputs, model_.tokenizer);
+                                        const ChatTemplateOptions& options,
+                                        const ToolRequest& tools) const {
     try {
+        if (!chat_template_) {
+            // Said once, and only to a front end that renders a conversation.
+            std::call_once(fallback_warned_, [this] {
+                spdlog::warn("{}: chat prompts use ChatML", fallback_reason_);
+            });
+            const std::string chatml = format_chatml(messages, options.add_generation_prompt);
+            return options.continue_final_message ? cut_after_final_message(chatml, messages)
+                                                  : chatml;
+        }
+        ChatTemplateInputs inputs;
+        inputs.messages = messages;
+        inputs.add_generation_prompt = options.add_generation_prompt;
+        inputs.continue_final_message = options.continue_final_message;
+        inputs.extra_variables = options.extra_variables;
+        if (tools.has_tools()) inputs.tools = tools.tools;
+        set_special_tokens(inputs, model_.tokenizer);
         return chat_template_->render(inputs);
     } catch (const Error& e) {
         throw RequestError(e.what(), "messages");
@@ -50,7 +62,7 @@ std::vector<TokenId> RequestBuilder::prompt_of(const RequestSpec& spec) const {
             ids = encode_chat(
                 tokenizer, spec.messages,
                 [&](std::span<const ChatMessage> messages) {
-                    return render_chat(messages, spec.add_generation_prompt);
+                    return render_chat(messages, spec.template_options, spec.tools);
                 },
                 options_.special_tokens);
             break;
@@ -66,6 +78,14 @@ std::vector<TokenId> RequestBuilder::prompt_of(const RequestSpec& spec) const {
 
 EngineRequest RequestBuilder::build(const RequestSpec& spec) const {
     EngineRequest request;
+    if (spec.tools.has_tools() && tool_call_format_ == ToolCallFormat::kNone) {
+        throw RequestError(
+            "the model's chat template does not support tool calling (it shows no tool-call "
+            "format servelab reads: hermes <tool_call>, llama3_json or mistral [TOOL_CALLS])",
+            "tools");
+    }
+    request.tools = spec.tools;
+    request.tools.format = tool_call_format_;
     request.prompt = prompt_of(spec);
     const int64_t context = context_length_;
     const int64_t prompt_tokens = int64_t(request.prompt.size());
@@ -103,8 +123,35 @@ EngineRequest RequestBuilder::build(const RequestSpec& spec) const {
         request.params.drafter = options_.drafter;
     }
     if (!spec.constraint.empty()) request.params.grammar = compile(spec.constraint);
+    // "required" and a named function hold because a grammar forces the calls.
+    if (request.tools.requires_calls()) {
+        if (!spec.constraint.empty()) {
+            throw RequestError(
+                fmt::format("tool_choice \"required\" or a named function forces the answer to "
+                            "be calls; it cannot also match '{}'",
+                            spec.constraint.param),
+                "tool_choice");
+        }
+        request.params.grammar = compile(tool_calls_constraint(request.tools));
+    }
     request.params.validate();
     return request;
+}
+
+ConstraintSpec RequestBuilder::tool_calls_constraint(const ToolRequest& tools) const {
+    ConstraintSpec spec;
+    spec.kind = ConstraintSpec::Kind::kGrammar;
+    spec.param = "tools";
+    spec.text = tool_call_grammar_key(tools);
+    try {
+        spec.grammar = std::make_shared<const Grammar>(
+            tool_call_grammar(tools, tool_call_syntax(tools.format)));
+    } catch (const SchemaError& e) {
+        throw RequestError(e.what(), "tools", "unsupported_schema");
+    } catch (const GrammarError& e) {
+        throw RequestError(e.what(), "tool_choice");
+    }
+    return spec;
 }
 
 GrammarCache& RequestBuilder::grammars() const {

@@ -9,8 +9,12 @@
 //     token ids are taken as given;
 //   - a conversation is rendered by the model's chat template
 //     (`tokenizer.chat_template`, or ChatML when it has none it can render)
-//     and tokenized with the template's control tokens, and the messages'
-//     control-token text parsed or kept plain as the front end chose;
+//     with the request's template options and tools, and tokenized with the
+//     template's control tokens, and the messages' control-token text parsed
+//     or kept plain as the front end chose;
+//   - tools are offered only to a model whose template shows a tool-call
+//     format (tool_call_format.h); the request carries the format on, for
+//     whoever enforces or reads the calls;
 //   - BOS comes first when the model asks for one (tokenizer.ggml.add_bos_token)
 //     and the prompt does not already start with it (a template may write it);
 //   - the prompt must leave room in the context (the model's, or less with
@@ -32,6 +36,7 @@
 #include "kernels/common/error.h"
 #include "reference/chat/chat_format.h"
 #include "reference/chat/chat_template.h"
+#include "reference/chat/tool_request.h"
 #include "reference/constrained/constraint_spec.h"
 #include "reference/constrained/grammar_cache.h"
 #include "reference/model/model.h"
@@ -46,9 +51,10 @@ struct RequestSpec {
     std::string text;                   // kText
     std::vector<TokenId> token_ids;     // kTokenIds
     std::vector<ChatMessage> messages;  // kChat
-    // kChat: the rendered prompt ends with the open assistant turn (false:
-    // with the last message, as /tokenize may ask).
-    bool add_generation_prompt = true;
+    // kChat: the open assistant turn (or the last message continued), more variables
+    ChatTemplateOptions template_options;
+    // kChat: the functions offered, and what the request asks of them
+    ToolRequest tools;
     SamplingParams params;
     // false: params.max_tokens is only a default, cut to what the context leaves.
     bool max_tokens_given = true;
@@ -65,6 +71,9 @@ struct EngineRequest {
     SamplingParams params;
     int num_completions = 1;
     int32_t priority = 0;
+    // The spec's, with `format` set to the model's: how to read (and, with a
+    // grammar, force) the calls in the output.
+    ToolRequest tools;
 };
 
 // A request that cannot run as asked: one line, the field to blame
@@ -108,19 +117,26 @@ class RequestBuilder {
     EngineRequest build(const RequestSpec& spec) const;
     // The prompt alone, BOS included.
     std::vector<TokenId> prompt_of(const RequestSpec& spec) const;
-    // Renders a conversation as the prompt text, the open assistant turn
-    // last unless `add_generation_prompt` is false. Throws RequestError when
-    // the template refuses the messages.
+    // Renders a conversation as the prompt text: by default with the open
+    // assistant turn last and no tools (None). Throws RequestError when the
+    // template refuses the messages.
     std::string render_chat(std::span<const ChatMessage> messages,
-                            bool add_generation_prompt = true) const;
+                            const ChatTemplateOptions& options = {},
+                            const ToolRequest& tools = {}) const;
     // Whether chat prompts use the model's own template (else ChatML).
     bool uses_model_template() const { return chat_template_.has_value(); }
+    // The tool-call format the model's template shows (kNone: tools are refused).
+    ToolCallFormat tool_call_format() const { return tool_call_format_; }
     // The longest request it builds, prompt and output together.
     int64_t context_length() const { return context_length_; }
 
     // The compiled grammar of `constraint`, from the cache. Throws
     // RequestError naming constraint.param when it cannot be compiled.
     std::shared_ptr<const CompiledGrammar> compile(const ConstraintSpec& constraint) const;
+    // The constraint that forces `tools`' calls (tool_choice "required" or
+    // a named function). Throws RequestError naming "tools" for parameters
+    // that cannot be enforced.
+    ConstraintSpec tool_calls_constraint(const ToolRequest& tools) const;
     // The grammar cache (made at the first constrained request).
     GrammarCache& grammars() const;
 
@@ -129,6 +145,7 @@ class RequestBuilder {
     RequestBuilderOptions options_;
     int64_t context_length_;
     std::optional<ChatTemplate> chat_template_;
+    ToolCallFormat tool_call_format_ = ToolCallFormat::kNone;
     std::string fallback_reason_;  // why there is none (warned at the first chat)
     mutable std::once_flag fallback_warned_;
     mutable std::once_flag grammars_made_;

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -34,7 +35,7 @@ struct TinyVocab {
     std::vector<std::string> merges;
 };
 
-TinyVocab make_vocab(int64_t min_size) {
+TinyVocab make_vocab(int64_t min_size, const std::vector<std::string>& user_tokens) {
     TinyVocab vocab;
     // Control tokens first, as SmolLM2 numbers them: 0 endoftext, 1 im_start, 2 im_end.
     for (const char* special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
@@ -52,6 +53,10 @@ TinyVocab make_vocab(int64_t min_size) {
         vocab.merges.push_back(left + " " + right);
         vocab.tokens.push_back(left + right);
         vocab.token_types.push_back(1);
+    }
+    for (const std::string& text : user_tokens) {
+        vocab.tokens.push_back(text);
+        vocab.token_types.push_back(4);  // user-defined
     }
     // Padding up to a real model's vocabulary (a benchmark's logits cost):
     // tokens BPE never produces, which decode to their own text.
@@ -108,6 +113,13 @@ void add_hyperparameters(GgufWriter& writer, const TinyModelOptions& o, int64_t 
 }
 
 void check_options(const TinyModelOptions& o) {
+    for (size_t i = 0; i < o.user_tokens.size(); ++i) {
+        const bool repeated = std::find(o.user_tokens.begin(), o.user_tokens.begin() + long(i),
+                                        o.user_tokens[i]) != o.user_tokens.begin() + long(i);
+        if (o.user_tokens[i].empty() || repeated) {
+            throw Error("tiny model: each added token must be a new, non-empty text");
+        }
+    }
     if (o.mla) {
         if (o.kv_lora_rank < 1 || o.q_lora_rank < 0 || o.qk_nope_dim < 1 || o.qk_rope_dim < 2 ||
             o.qk_rope_dim % 2 != 0 || o.v_head_dim < 1) {
@@ -122,7 +134,7 @@ void check_options(const TinyModelOptions& o) {
 
 GgufWriter build_tiny_model(const TinyModelOptions& o) {
     check_options(o);
-    const TinyVocab vocab = make_vocab(o.vocab_size);
+    const TinyVocab vocab = make_vocab(o.vocab_size, o.user_tokens);
     const int64_t vocab_size = int64_t(vocab.tokens.size());
     const int64_t head_dim = o.mla ? o.qk_nope_dim + o.qk_rope_dim : o.dim / o.num_heads;
     const int64_t v_head_dim = o.mla ? o.v_head_dim : head_dim;

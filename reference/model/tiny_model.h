@@ -41,6 +41,10 @@ struct TinyModelOptions {
     int64_t vocab_size = 0;
     // tokenizer.chat_template; empty writes none (chat then uses ChatML).
     std::string chat_template;
+    // More tokens, user-defined (they decode to their own text), after the
+    // byte-level ones: a test can force a whole text in one token with
+    // logit_bias (a tool call, tests/e2e/test_tool_calling.py).
+    std::vector<std::string> user_tokens;
 };
 
 // The GGUF image, ready for GgufFile::parse or to be written to disk.

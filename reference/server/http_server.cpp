@@ -16,6 +16,7 @@
 #include "reference/server/request_body.h"
 #include "reference/server/sse_stream.h"
 #include "reference/server/tokenize_route.h"
+#include "reference/server/tool_call_response.h"
 
 namespace servelab {
 namespace {
@@ -340,13 +341,13 @@ void OpenAiServer::handle_generation(const httplib::Request& http_request,
                                 unix_seconds(), request.model, chat};
     if (!request.stream) {
         reply_whole(http_request, response, route, header, streams, prompt_tokens,
-                    request.return_token_ids);
+                    request.return_token_ids, admission.engine_request.tools);
         return;
     }
-    SseStream::attach(
-        std::make_shared<SseStream>(std::move(streams), header, prompt_tokens,
-                                    request.include_usage, route, http_metrics_, in_flight_),
-        response);
+    SseStream::attach(std::make_shared<SseStream>(std::move(streams), header, prompt_tokens,
+                                                  request.include_usage, route, http_metrics_,
+                                                  in_flight_, admission.engine_request.tools),
+                      response);
 }
 
 bool OpenAiServer::submit(ModelRoute& route, EngineRequest& engine_request,
@@ -365,7 +366,8 @@ bool OpenAiServer::submit(ModelRoute& route, EngineRequest& engine_request,
 void OpenAiServer::reply_whole(const httplib::Request& http_request, httplib::Response& response,
                                ModelRoute& route, const ResponseHeader& header,
                                std::vector<std::shared_ptr<RequestStream>>& streams,
-                               int64_t prompt_tokens, bool with_token_ids) {
+                               int64_t prompt_tokens, bool with_token_ids,
+                               const ToolRequest& tools) {
     std::vector<GenerationResult> results;
     std::string error;
     if (!wait_for_results(http_request, streams, results, error)) {
@@ -378,9 +380,10 @@ void OpenAiServer::reply_whole(const httplib::Request& http_request, httplib::Re
         return;
     }
     record_whole_outcome(route.metrics, results);
-    response.set_content(response_text(completion_response(header, results, prompt_tokens,
-                                                           route.tokenizer, with_token_ids)),
-                         "application/json");
+    nlohmann::json body =
+        completion_response(header, results, prompt_tokens, route.tokenizer, with_token_ids);
+    add_tool_calls(body, results, tools, route.tokenizer);  // when the answers called tools
+    response.set_content(response_text(body), "application/json");
 }
 
 }  // namespace servelab

@@ -102,12 +102,13 @@ class OpenAiServer {
     // per choice); false after answering 503 when the queue has no room.
     bool submit(ModelRoute& route, EngineRequest& engine_request, httplib::Response& response,
                 std::vector<std::shared_ptr<RequestStream>>& streams);
-    // The non-streamed answer: waits for every choice, then one JSON body.
+    // The non-streamed answer: waits for every choice, then one JSON body
+    // (choices that called `tools` answered as calls).
     // Nothing is answered when the client left (the choices are cancelled).
     void reply_whole(const httplib::Request& request, httplib::Response& response,
                      ModelRoute& route, const ResponseHeader& header,
                      std::vector<std::shared_ptr<RequestStream>>& streams, int64_t prompt_tokens,
-                     bool with_token_ids);
+                     bool with_token_ids, const ToolRequest& tools);
     // For an answer sent before the body was read (or after reading stopped
     // partway): the connection closes after it, since what follows in the
     // stream is not a request.

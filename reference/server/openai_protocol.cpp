@@ -10,6 +10,8 @@
 #include <climits>
 #include <set>
 
+#include "reference/server/chat_request.h"
+
 namespace servelab {
 namespace {
 
@@ -73,46 +75,6 @@ std::vector<std::string> stop_strings(const nlohmann::json& body) {
     return stops;
 }
 
-// A message's content: a string, or a list of {"type": "text", "text": …} parts.
-std::string message_content(const nlohmann::json& content, size_t index) {
-    const std::string param = fmt::format("messages[{}].content", index);
-    if (content.is_string()) return content.get<std::string>();
-    if (!content.is_array()) refuse(param, "content must be a string or a list of text parts");
-    std::string text;
-    for (const nlohmann::json& part : content) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-            !part["text"].is_string()) {
-            refuse(param, "only text content parts are supported");
-        }
-        text += part["text"].get<std::string>();
-    }
-    return text;
-}
-
-std::vector<ChatMessage> chat_messages(const nlohmann::json& body) {
-    const nlohmann::json* value = field(body, "messages");
-    if (value == nullptr || !value->is_array() || value->empty()) {
-        refuse("messages", "'messages' must be a non-empty list");
-    }
-    static const std::set<std::string> roles = {"system", "developer", "user", "assistant"};
-    std::vector<ChatMessage> messages;
-    for (size_t i = 0; i < value->size(); ++i) {
-        const nlohmann::json& message = (*value)[i];
-        if (!message.is_object() || !message.contains("role") || !message["role"].is_string() ||
-            roles.count(message["role"].get<std::string>()) == 0) {
-            refuse(fmt::format("messages[{}].role", i),
-                   "each message needs a role: system, developer, user or assistant");
-        }
-        if (!message.contains("content")) {
-            refuse(fmt::format("messages[{}].content", i), "each message needs content");
-        }
-        std::string role = message["role"].get<std::string>();
-        if (role == "developer") role = "system";  // the newer name for the same turn
-        messages.push_back({role, message_content(message["content"], i)});
-    }
-    return messages;
-}
-
 void completion_prompt(const nlohmann::json& body, const ProtocolLimits& limits,
                        ApiRequest& request) {
     const nlohmann::json* value = field(body, "prompt");
@@ -138,12 +100,12 @@ void completion_prompt(const nlohmann::json& body, const ProtocolLimits& limits,
 
 // The fields the engine cannot honour: the one list. Each is refused with a
 // 400 naming it, never ignored; docs/serving.md lists them, and
-// tests/e2e/test_openai_server.py reads that list and sends each. Tools and
-// functions (the model calling them), a suffix to insert before, the best of
+// tests/e2e/test_openai_server.py reads that list and sends each. Functions
+// (the legacy spelling of tools), a suffix to insert before, the best of
 // several samples, the prompt echoed with its logprobs, audio output, a web
 // search.
-constexpr std::string_view kRefusedFields[] = {
-    "tools", "functions", "suffix", "best_of", "echo", "audio", "web_search_options"};
+constexpr std::string_view kRefusedFields[] = {"functions", "suffix", "best_of",
+                                               "echo",      "audio",  "web_search_options"};
 
 // A refused field set to what the server does anyway is accepted: echo
 // false (the prompt is not repeated) and best_of 1 (one sample is its own
@@ -191,7 +153,8 @@ constexpr std::string_view kReadFields[] = {
 std::vector<std::string_view> known_fields(bool chat) {
     std::vector<std::string_view> known(std::begin(kReadFields), std::end(kReadFields));
     known.insert(known.end(), std::begin(kRefusedFields), std::end(kRefusedFields));
-    known.push_back(chat ? "messages" : "prompt");
+    known.insert(known.end(), std::begin(kChatFields), std::end(kChatFields));
+    if (!chat) known.push_back("prompt");
     return known;
 }
 
@@ -313,13 +276,23 @@ ApiError unknown_model_error(const std::string& name,
 }
 
 ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const ProtocolLimits& limits) {
+    return parse_api_request(nlohmann::ordered_json(body), chat, limits);
+}
+
+ApiRequest parse_api_request(const nlohmann::ordered_json& ordered_body, bool chat,
+                             const ProtocolLimits& limits) {
+    const nlohmann::json body = ordered_body;  // the chat fields alone need the order
     ApiRequest request;
     request.chat = chat;
     request.model = requested_model(body, {limits.model_name});
     refuse_unsupported(body);
     if (chat) {
-        request.messages = chat_messages(body);
+        ChatRequest chat_request = parse_chat_request(ordered_body);
+        request.messages = std::move(chat_request.messages);
+        request.template_options = std::move(chat_request.template_options);
+        request.tools = std::move(chat_request.tools);
     } else {
+        refuse_chat_fields(body);
         completion_prompt(body, limits, request);
     }
     SamplingParams& p = request.params;
@@ -361,7 +334,7 @@ ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const Protoc
     if (request.return_token_ids && request.stream) {
         refuse("return_token_ids", "'return_token_ids' is supported only without 'stream'");
     }
-    request.constraint = parse_constraint(body);
+    request.constraint = parse_constraint(ordered_body);
     try {
         p.validate();
     } catch (const Error& e) {

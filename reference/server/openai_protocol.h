@@ -7,16 +7,18 @@
 // that real clients (the `openai` package) turn into their exceptions. Every
 // field is checked for type and range here, so nothing malformed reaches the
 // engine. Supported: /v1/completions (prompt: a string or a list of token
-// ids) and /v1/chat/completions (messages with string or text-part
-// content); temperature, top_p, top_k, min_p, presence_penalty,
+// ids) and /v1/chat/completions (messages, tools and the chat template's
+// options: chat_request.h); temperature, top_p, top_k, min_p, presence_penalty,
 // frequency_penalty, logit_bias, logprobs (and chat's top_logprobs),
 // max_tokens (or max_completion_tokens), stop, seed (absent: the server
 // draws one per request), n, stream, stream_options.include_usage, echo
-// (false only), best_of (1 only), and the extensions vLLM also accepts:
+// (false only), best_of (1 only), tools, tool_choice, parallel_tool_calls
+// (chat_request.h), what the output must match (response_format and its
+// kin, structured_output_request.h), and the extensions vLLM also accepts:
 // repetition_penalty, ignore_eos, min_tokens, stop_token_ids, priority and
 // return_token_ids.
 // Fields that would change the output in ways the engine cannot honour
-// (kRefusedFields in the .cpp: tools, functions, suffix, best_of above 1,
+// (kRefusedFields in the .cpp: functions, suffix, best_of above 1,
 // echo: true, audio, web_search_options) are refused, never silently
 // ignored. Any other field is listed in ApiRequest::ignored_fields, which
 // the server logs (as vLLM warns).
@@ -31,6 +33,8 @@
 
 #include "kernels/common/error.h"
 #include "reference/chat/chat_format.h"
+#include "reference/chat/chat_template.h"
+#include "reference/chat/tool_request.h"
 #include "reference/constrained/constraint_spec.h"
 #include "reference/sampling/sampling_params.h"
 #include "reference/sampling/token_logprobs.h"
@@ -76,8 +80,12 @@ struct ApiRequest {
     bool chat = false;
     std::string model;
     std::vector<ChatMessage> messages;  // chat
-    std::string prompt_text;            // completions, a string prompt
-    std::vector<TokenId> prompt_ids;    // completions, a token-id prompt
+    // chat: add_generation_prompt, continue_final_message, chat_template_kwargs
+    ChatTemplateOptions template_options;
+    // chat: tools, tool_choice, parallel_tool_calls (chat_request.h)
+    ToolRequest tools;
+    std::string prompt_text;          // completions, a string prompt
+    std::vector<TokenId> prompt_ids;  // completions, a token-id prompt
     SamplingParams params;
     // false: max_tokens was not given, and the server fills the context (chat) after tokenizing
     bool max_tokens_given = false;
@@ -109,6 +117,10 @@ std::string requested_model(const nlohmann::json& body,
 
 // Throws ApiException (status 400, or 404 for an unknown model).
 ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const ProtocolLimits& limits);
+// The same for a body parsed with its keys in order (parse_ordered_request_json):
+// a chat request's tools and template variables reach the template as written.
+ApiRequest parse_api_request(const nlohmann::ordered_json& body, bool chat,
+                             const ProtocolLimits& limits);
 
 // The fields of the object `body` that are not in `known`, by name.
 std::vector<std::string> unknown_fields(const nlohmann::json& body,

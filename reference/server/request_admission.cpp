@@ -44,6 +44,8 @@ RequestSpec spec_of(const ApiRequest& request) {
     if (request.chat) {
         spec.kind = RequestSpec::PromptKind::kChat;
         spec.messages = request.messages;
+        spec.template_options = request.template_options;
+        spec.tools = request.tools;
     } else if (!request.prompt_ids.empty()) {
         spec.kind = RequestSpec::PromptKind::kTokenIds;
         spec.token_ids = request.prompt_ids;
@@ -63,9 +65,11 @@ std::optional<ApiError> admit_request(std::string_view body, bool chat,
                                       const std::vector<std::unique_ptr<ModelRoute>>& routes,
                                       FreshSeeds& seeds, Admission& admission) {
     try {
-        const nlohmann::json json = parse_request_json(body);
+        // Keys in order: a chat request's tools reach the template as written.
+        const nlohmann::ordered_json ordered = parse_ordered_request_json(body);
+        const nlohmann::json json = ordered;
         admission.route = &route_for(json, routes);
-        admission.request = parse_api_request(json, chat, admission.route->limits);
+        admission.request = parse_api_request(ordered, chat, admission.route->limits);
         // Drawn once per request, so its n choices are still seed + i.
         if (!admission.request.seed_given) admission.request.params.seed = seeds.next();
         if (!admission.request.ignored_fields.empty()) {

@@ -62,4 +62,11 @@ nlohmann::json parse_request_json(std::string_view body, const JsonLimits& limit
     return parsed;
 }
 
+nlohmann::ordered_json parse_ordered_request_json(std::string_view body, const JsonLimits& limits) {
+    check_shape(body, limits);
+    nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(body, nullptr, false);
+    if (parsed.is_discarded()) refuse("the body is not valid JSON");
+    return parsed;
+}
+
 }  // namespace servelab

@@ -33,5 +33,9 @@ struct JsonLimits {
 // The body as JSON. Throws ApiException (400, invalid_request_error) when it
 // breaks a limit or is not JSON.
 nlohmann::json parse_request_json(std::string_view body, const JsonLimits& limits = {});
+// The same with objects' keys in the body's order, for what a chat template
+// prints as written (the request's tools: reference/server/chat_request.h).
+nlohmann::ordered_json parse_ordered_request_json(std::string_view body,
+                                                  const JsonLimits& limits = {});
 
 }  // namespace servelab

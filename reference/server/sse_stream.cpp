@@ -23,14 +23,22 @@ bool send(httplib::DataSink& sink, const std::string& text) {
 
 SseStream::SseStream(std::vector<std::shared_ptr<RequestStream>> choices, ResponseHeader header,
                      int64_t prompt_tokens, bool include_usage, ModelRoute& route,
-                     HttpMetrics& http_metrics, std::atomic<int64_t>& in_flight)
+                     HttpMetrics& http_metrics, std::atomic<int64_t>& in_flight,
+                     const ToolRequest& tools)
     : header_(std::move(header)),
       prompt_tokens_(prompt_tokens),
       include_usage_(include_usage),
       route_(route),
       http_metrics_(http_metrics),
-      in_flight_(in_flight) {
-    for (auto& stream : choices) choices_.push_back({std::move(stream)});
+      in_flight_(in_flight),
+      tools_(tools),
+      markers_(marker_tokens(tools.format, route.tokenizer)),
+      call_ids_(tools.format) {
+    for (auto& stream : choices) {
+        Choice& choice = choices_.emplace_back();
+        choice.stream = std::move(stream);
+        if (tools_.parses_calls()) choice.tool_calls.emplace(tools_.format, tools_.max_calls());
+    }
 }
 
 void SseStream::attach(const std::shared_ptr<SseStream>& stream, httplib::Response& response) {
@@ -67,14 +75,19 @@ bool SseStream::write(httplib::DataSink& sink) {
 
 bool SseStream::write_text(size_t index, const StreamEvent& event, httplib::DataSink& sink) {
     Choice& choice = choices_[index];
+    std::string text = event.text;
+    if (choice.tool_calls) {
+        text = choice.tool_calls->push(text_with_marker(event.token, event.text, markers_));
+        if (text.empty() && !event.logprobs) return true;  // held back: nothing to send yet
+    }
     nlohmann::json logprobs = nullptr;
     if (event.logprobs) {
         logprobs = logprobs_json(header_.chat, std::span(&*event.logprobs, 1), route_.tokenizer,
                                  choice.text_bytes);
         choice.text_bytes += int64_t(route_.tokenizer.token_to_bytes(event.token).size());
     }
-    if (!send(sink, sse(stream_chunk(header_, int(index), event.text, nullptr, choice.first,
-                                     logprobs)))) {
+    if (!send(sink,
+              sse(stream_chunk(header_, int(index), text, nullptr, choice.first, logprobs)))) {
         return false;
     }
     choice.first = false;
@@ -98,9 +111,32 @@ bool SseStream::write_end(size_t index, const StreamEvent& event, httplib::DataS
     }
     completion_tokens_ += int64_t(event.result->tokens.size());
     if (index == 0) cached_prompt_tokens_ = event.result->cached_prompt_tokens;
-    return send(sink,
-                sse(stream_chunk(header_, int(index), "",
-                                 finish_reason_name(event.result->finish_reason), choice.first)));
+    const char* finish_reason = finish_reason_name(event.result->finish_reason);
+    if (choice.tool_calls && !write_tool_calls(index, finish_reason, sink)) return false;
+    return send(sink, sse(stream_chunk(header_, int(index), "", finish_reason, choice.first)));
+}
+
+bool SseStream::write_tool_calls(size_t index, const char*& finish_reason,
+                                 httplib::DataSink& sink) {
+    Choice& choice = choices_[index];
+    const ToolCallStream::End end = choice.tool_calls->finish();
+    if (!end.content.empty()) {
+        if (!send(sink,
+                  sse(stream_chunk(header_, int(index), end.content, nullptr, choice.first)))) {
+            return false;
+        }
+        choice.first = false;
+    }
+    const nlohmann::json calls = tool_calls_json(end.calls, call_ids_);
+    for (size_t i = 0; i < calls.size(); ++i) {
+        if (!send(sink,
+                  sse(tool_call_chunk(header_, int(index), int(i), calls[i], choice.first)))) {
+            return false;
+        }
+        choice.first = false;
+    }
+    if (!end.calls.empty()) finish_reason = "tool_calls";
+    return true;
 }
 
 void SseStream::finish(httplib::DataSink& sink) {

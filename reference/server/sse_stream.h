@@ -4,6 +4,8 @@
 // with "stream": true is answered as it is generated, one event per piece
 // of text of any choice, in the order the tokens arrive:
 //   data: {chunk of choice i}\n\n          text (and logprobs), per token
+//   data: {chunk of choice i, a call}\n\n  with tools, once per call it made
+//                                          (tool_call_response.h), at its end
 //   data: {chunk of choice i, finish}\n\n  once per choice: its finish reason
 //   data: {error}\n\n                      instead, for a choice the engine refused
 //   data: {usage chunk}\n\n                with stream_options.include_usage
@@ -28,6 +30,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,8 @@
 #include "reference/server/model_route.h"
 #include "reference/server/openai_responses.h"
 #include "reference/server/server_metrics.h"
+#include "reference/server/tool_call_response.h"
+#include "reference/server/tool_call_stream.h"
 
 namespace httplib {
 struct Response;
@@ -48,9 +53,12 @@ class SseStream {
     // `choices` are the request's streams, choice i at index i. `route` (its
     // metrics and tokenizer), `http_metrics` and `in_flight` must outlive
     // the response.
+    // With `tools` that parses_calls(), each choice's text goes through a
+    // ToolCallStream.
     SseStream(std::vector<std::shared_ptr<RequestStream>> choices, ResponseHeader header,
               int64_t prompt_tokens, bool include_usage, ModelRoute& route,
-              HttpMetrics& http_metrics, std::atomic<int64_t>& in_flight);
+              HttpMetrics& http_metrics, std::atomic<int64_t>& in_flight,
+              const ToolRequest& tools = {});
 
     // Makes `stream` the body of `response` (text/event-stream, chunked), and
     // counts it in flight until release(). The response shares ownership.
@@ -70,10 +78,14 @@ class SseStream {
         bool first = true;       // no chunk sent yet (chat's first carries the role)
         bool ended = false;      // its end event has been read
         int64_t text_bytes = 0;  // logprobs' text_offset: bytes of text sent so far
+        std::optional<ToolCallStream> tool_calls;  // with tools: holds back what may be a call
     };
     // One event of choice `index`; false when the client is gone.
     bool write_text(size_t index, const StreamEvent& event, httplib::DataSink& sink);
     bool write_end(size_t index, const StreamEvent& event, httplib::DataSink& sink);
+    // With tools: the choice's held content and its calls, as chunks; the
+    // finish reason to send ("tool_calls" if it called any).
+    bool write_tool_calls(size_t index, const char*& finish_reason, httplib::DataSink& sink);
     // Usage, [DONE], and the request's outcome counted.
     void finish(httplib::DataSink& sink);
 
@@ -84,6 +96,9 @@ class SseStream {
     ModelRoute& route_;
     HttpMetrics& http_metrics_;
     std::atomic<int64_t>& in_flight_;
+    const ToolRequest tools_;
+    const MarkerTokens markers_;  // the format's control-token markers in this vocabulary
+    ToolCallIds call_ids_;
 
     int64_t completion_tokens_ = 0;     // over every choice, for the usage chunk
     int64_t cached_prompt_tokens_ = 0;  // choice 0's: the prompt's, counted once

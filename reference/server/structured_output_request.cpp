@@ -17,24 +17,24 @@ namespace {
     throw ApiException(ApiError{400, "invalid_request_error", message, param, ""});
 }
 
-const nlohmann::json* field(const nlohmann::json& body, const char* name) {
+const nlohmann::ordered_json* field(const nlohmann::ordered_json& body, const char* name) {
     const auto it = body.find(name);
     if (it == body.end() || it->is_null()) return nullptr;
     return &*it;
 }
 
 // A schema given as an object, or (vLLM accepts both) as JSON text.
-std::string schema_text(const nlohmann::json& schema, const std::string& param) {
+std::string schema_text(const nlohmann::ordered_json& schema, const std::string& param) {
     if (schema.is_object() || schema.is_boolean()) return schema.dump();
     if (schema.is_string()) {
-        const nlohmann::json parsed =
-            nlohmann::json::parse(schema.get<std::string>(), nullptr, false);
+        const nlohmann::ordered_json parsed =
+            nlohmann::ordered_json::parse(schema.get<std::string>(), nullptr, false);
         if (parsed.is_object() || parsed.is_boolean()) return parsed.dump();
     }
     refuse(param, fmt::format("'{}' must be a JSON schema (an object)", param));
 }
 
-ConstraintSpec from_response_format(const nlohmann::json& format) {
+ConstraintSpec from_response_format(const nlohmann::ordered_json& format) {
     if (!format.is_object() || !format.contains("type") || !format["type"].is_string()) {
         refuse("response_format", "'response_format' must be an object with a 'type'");
     }
@@ -51,14 +51,14 @@ ConstraintSpec from_response_format(const nlohmann::json& format) {
                                                    "text, json_object, json_schema",
                                                    type.substr(0, 40)));
     }
-    const nlohmann::json* wrapper = field(format, "json_schema");
+    const nlohmann::ordered_json* wrapper = field(format, "json_schema");
     if (wrapper == nullptr || !wrapper->is_object() || !wrapper->contains("schema")) {
         refuse(
             "response_format.json_schema",
             "response_format json_schema needs 'json_schema': {\"name\": ..., \"schema\": {...}}");
     }
-    const nlohmann::json& schema = (*wrapper)["schema"];
-    const nlohmann::json* strict = field(*wrapper, "strict");
+    const nlohmann::ordered_json& schema = (*wrapper)["schema"];
+    const nlohmann::ordered_json* strict = field(*wrapper, "strict");
     if (strict != nullptr && !strict->is_boolean()) {
         refuse("response_format.json_schema.strict", "'strict' must be true or false");
     }
@@ -69,18 +69,18 @@ ConstraintSpec from_response_format(const nlohmann::json& format) {
     return spec;
 }
 
-std::string string_field(const nlohmann::json& value, const std::string& param) {
+std::string string_field(const nlohmann::ordered_json& value, const std::string& param) {
     if (!value.is_string() || value.get<std::string>().empty()) {
         refuse(param, fmt::format("'{}' must be a non-empty string", param));
     }
     return value.get<std::string>();
 }
 
-std::vector<std::string> choices(const nlohmann::json& value, const std::string& param) {
+std::vector<std::string> choices(const nlohmann::ordered_json& value, const std::string& param) {
     if (!value.is_array() || value.empty())
         refuse(param, fmt::format("'{}' must be a non-empty list of strings", param));
     std::vector<std::string> out;
-    for (const nlohmann::json& choice : value) {
+    for (const nlohmann::ordered_json& choice : value) {
         if (!choice.is_string()) refuse(param, fmt::format("'{}' must hold strings", param));
         out.push_back(choice.get<std::string>());
     }
@@ -88,7 +88,7 @@ std::vector<std::string> choices(const nlohmann::json& value, const std::string&
 }
 
 // vLLM's structured_outputs: exactly one of its keys.
-ConstraintSpec from_structured_outputs(const nlohmann::json& options) {
+ConstraintSpec from_structured_outputs(const nlohmann::ordered_json& options) {
     if (!options.is_object())
         refuse("structured_outputs", "'structured_outputs' must be an object");
     std::vector<ConstraintSpec> found;
@@ -129,16 +129,18 @@ ConstraintSpec from_structured_outputs(const nlohmann::json& options) {
 
 }  // namespace
 
-void check_strict_schema(const nlohmann::json& schema) {
+void check_strict_schema(const nlohmann::ordered_json& schema) {
     // Depth-first over the subschemas, each with its path for the error.
-    std::vector<std::pair<const nlohmann::json*, std::string>> pending = {{&schema, "schema"}};
+    std::vector<std::pair<const nlohmann::ordered_json*, std::string>> pending = {
+        {&schema, "schema"}};
     while (!pending.empty()) {
         const auto [node, path] = pending.back();
         pending.pop_back();
         if (!node->is_object()) continue;
         if (node->contains("properties") && (*node)["properties"].is_object()) {
-            const nlohmann::json& properties = (*node)["properties"];
-            const nlohmann::json required = node->value("required", nlohmann::json::array());
+            const nlohmann::ordered_json& properties = (*node)["properties"];
+            const nlohmann::ordered_json required =
+                node->value("required", nlohmann::ordered_json::array());
             for (const auto& [name, sub] : properties.items()) {
                 if (std::find(required.begin(), required.end(), name) == required.end()) {
                     refuse("response_format.json_schema.schema",
@@ -148,7 +150,7 @@ void check_strict_schema(const nlohmann::json& schema) {
                 }
                 pending.push_back({&sub, path + ".properties." + name});
             }
-            if (node->value("additionalProperties", nlohmann::json(true)) != false) {
+            if (node->value("additionalProperties", nlohmann::ordered_json(true)) != false) {
                 refuse("response_format.json_schema.schema",
                        fmt::format("strict schemas must set 'additionalProperties': false on "
                                    "every object ({})",
@@ -157,7 +159,7 @@ void check_strict_schema(const nlohmann::json& schema) {
         }
         for (const char* key : {"items", "anyOf", "$defs", "definitions", "prefixItems", "allOf"}) {
             if (!node->contains(key)) continue;
-            const nlohmann::json& child = (*node)[key];
+            const nlohmann::ordered_json& child = (*node)[key];
             if (child.is_object() &&
                 (std::string(key) == "$defs" || std::string(key) == "definitions")) {
                 for (const auto& [name, sub] : child.items())
@@ -172,24 +174,25 @@ void check_strict_schema(const nlohmann::json& schema) {
     }
 }
 
-ConstraintSpec parse_constraint(const nlohmann::json& body) {
+ConstraintSpec parse_constraint(const nlohmann::ordered_json& body) {
     std::vector<ConstraintSpec> found;
-    if (const nlohmann::json* format = field(body, "response_format")) {
+    if (const nlohmann::ordered_json* format = field(body, "response_format")) {
         ConstraintSpec spec = from_response_format(*format);
         if (!spec.empty()) found.push_back(std::move(spec));
     }
-    if (const nlohmann::json* options = field(body, "structured_outputs")) {
+    if (const nlohmann::ordered_json* options = field(body, "structured_outputs")) {
         ConstraintSpec spec = from_structured_outputs(*options);
         if (!spec.empty()) found.push_back(std::move(spec));
     }
-    if (const nlohmann::json* schema = field(body, "json_schema")) {  // llama.cpp's spelling
+    if (const nlohmann::ordered_json* schema =
+            field(body, "json_schema")) {  // llama.cpp's spelling
         ConstraintSpec spec;
         spec.kind = ConstraintSpec::Kind::kJsonSchema;
         spec.param = "json_schema";
         spec.text = schema_text(*schema, spec.param);
         found.push_back(std::move(spec));
     }
-    if (const nlohmann::json* grammar = field(body, "grammar")) {  // llama.cpp's spelling
+    if (const nlohmann::ordered_json* grammar = field(body, "grammar")) {  // llama.cpp's spelling
         ConstraintSpec spec;
         spec.kind = ConstraintSpec::Kind::kGbnf;
         spec.param = "grammar";

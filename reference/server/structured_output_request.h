@@ -22,12 +22,14 @@ namespace servelab {
 
 // The body's constraint (kNone when it asks for none). Throws ApiException
 // (400) naming the field for a malformed one.
-ConstraintSpec parse_constraint(const nlohmann::json& body);
+// The body is read with its keys in the client's order: a schema's
+// properties come out in that order (json_schema_grammar.h).
+ConstraintSpec parse_constraint(const nlohmann::ordered_json& body);
 
 // OpenAI's strict mode (response_format json_schema, "strict": true): every
 // object lists all its properties in `required` and sets
 // additionalProperties false, as OpenAI's structured outputs demand. Throws
 // ApiException naming the first object that does not, by its path.
-void check_strict_schema(const nlohmann::json& schema);
+void check_strict_schema(const nlohmann::ordered_json& schema);
 
 }  // namespace servelab

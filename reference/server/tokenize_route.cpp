@@ -22,17 +22,6 @@ void log_ignored(const char* path, const ModelRoute& route,
     spdlog::warn("{} {}: {}", path, route.name, ignored_fields_line(ignored_fields));
 }
 
-// The conversation's own option: whether the prompt ends with the open
-// assistant turn (what generation renders) or with the last message.
-bool add_generation_prompt(const nlohmann::json& body) {
-    const auto it = body.find("add_generation_prompt");
-    if (it == body.end() || it->is_null()) return true;
-    if (!it->is_boolean()) {
-        refuse("add_generation_prompt", "'add_generation_prompt' must be true or false");
-    }
-    return it->get<bool>();
-}
-
 std::vector<TokenId> tokenize_body(const nlohmann::json& body, const ModelRoute& route) {
     const bool chat = body.contains("messages");
     if (chat && body.contains("prompt")) {
@@ -41,14 +30,11 @@ std::vector<TokenId> tokenize_body(const nlohmann::json& body, const ModelRoute&
     if (!chat && !body.contains("prompt")) {
         refuse("prompt", "'prompt' (a text or token ids) or 'messages' is required");
     }
-    // Parsed as the generation route parses it, less this route's own field.
-    nlohmann::json generation_body = body;
-    generation_body.erase("add_generation_prompt");
-    ApiRequest request = parse_api_request(generation_body, chat, route.limits);
+    // Parsed as the generation route parses it (a conversation's
+    // add_generation_prompt, tools and template variables included).
+    ApiRequest request = parse_api_request(body, chat, route.limits);
     log_ignored("/tokenize", route, request.ignored_fields);
-    RequestSpec spec = spec_of(request);
-    if (chat) spec.add_generation_prompt = add_generation_prompt(body);
-    return route.builder.prompt_of(spec);
+    return route.builder.prompt_of(spec_of(request));
 }
 
 std::vector<TokenId> detokenize_body(const nlohmann::json& body, const ModelRoute& route) {

@@ -218,4 +218,12 @@ if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
             --servelab $<TARGET_FILE:servelab>)
   set_tests_properties(serve_multi_model PROPERTIES LABELS "serve" TIMEOUT 300
     SKIP_RETURN_CODE 77)
+  # Tool calling (docs/serving.md "Tool calling"): tiny models with Qwen2.5's,
+  # Llama 3.1's and Mistral Nemo's chat templates; histories of tool calls and
+  # results rendered as jinja2 renders them, chat_template_kwargs,
+  # continue_final_message, refusals, streams holding back a call's marker.
+  add_test(NAME serve_tool_calling
+    COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_tool_calling.py
+            --servelab $<TARGET_FILE:servelab>)
+  set_tests_properties(serve_tool_calling PROPERTIES LABELS "serve" TIMEOUT 120)
 endif()

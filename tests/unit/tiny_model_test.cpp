@@ -53,6 +53,23 @@ TEST(TinyModel, VocabularyRoundTripsArbitraryText) {
     EXPECT_TRUE(model.tokenizer.is_end_of_generation(model.tokenizer.find_token("<|im_end|>")));
 }
 
+// An added token is user-defined: one id for its whole text, both ways.
+TEST(TinyModel, AddedTokensAreUserDefinedAndDecodeToTheirText) {
+    TinyModelOptions options;
+    options.user_tokens = {"<tool_call>{\"name\": \"f\"}</tool_call>", "[X]"};
+    const Model model = Model::from_gguf(GgufFile::parse(make_tiny_model(options)));
+    for (const std::string& text : options.user_tokens) {
+        const TokenId id = model.tokenizer.find_token(text);
+        ASSERT_GE(id, 0) << text;
+        EXPECT_EQ(model.tokenizer.token_type(id), TokenType::kUserDefined);
+        EXPECT_EQ(model.tokenizer.decode(std::vector<TokenId>{id}), text);
+        EXPECT_EQ(model.tokenizer.encode("a" + text, false).back(), id);
+    }
+    options.user_tokens = {"[X]", "[X]"};
+    EXPECT_THAT(test::error_of([&] { make_tiny_model(options); }),
+                ::testing::HasSubstr("added token"));
+}
+
 TEST(TinyModel, RejectsUnknownWeightType) {
     EXPECT_EQ(parse_weight_type("q4_1"), GgmlType::kQ4_1);
     EXPECT_THAT(test::error_of([] { parse_weight_type("q5_k"); }),

@@ -11,6 +11,12 @@ with trim_blocks and lstrip_blocks, the loopcontrols extension (break and
 continue), raise_exception() and a tojson filter that is json.dumps with
 ensure_ascii=False; the template gets messages, add_generation_prompt,
 bos_token, eos_token, and tools=None and documents=None.
+Conversations with tools go through what an OpenAI-compatible server does
+first (vLLM's chat_utils): each assistant tool call's "arguments" JSON text
+is parsed into a dict; the request's tools reach the template as written;
+chat_template_kwargs become more variables; continue_final_message cuts the
+rendering after the last message's text as transformers' apply_chat_template
+does (a faithful copy of its few lines, in continue_final_message() below).
 Two things transformers adds are left out, because servelab has neither:
 strftime_now() (today's date would make the goldens change every day) and the
 {% generation %} tag (it only marks assistant text for training masks).
@@ -22,6 +28,14 @@ It writes data/golden/chat_templates/goldens.json with
   - "cases": every template x message set x add_generation_prompt, with
     jinja2's output, or the error it raised (its type, message and whether it
     came from parsing or rendering);
+  - "tool_message_sets", "tool_sets", "tool_cases": conversations in the
+    OpenAI wire shape (assistant tool_calls with JSON-text arguments and null
+    content, tool results with tool_call_id), tool lists, and every template
+    that can call tools (TOOL_TEMPLATES) x conversation x tools (or None) x
+    add_generation_prompt, plus chat_template_kwargs and
+    continue_final_message cases over every template;
+  - "float_reprs": Python's repr of edge and random floats (a float from a
+    request's JSON prints, and tojson writes it, as repr does);
   - "features": small templates of our own, one construct each (every
     filter, test, method and operator the subset claims), rendered with the
     "multi_turn" messages, and templates jinja2 rejects as syntax errors.
@@ -29,8 +43,10 @@ It writes data/golden/chat_templates/goldens.json with
 Usage:  .venv/bin/python tools/goldens/make_chat_template_goldens.py  (then commit the JSON)
 """
 
+import copy
 import json
 import pathlib
+import random
 
 import jinja2
 import jinja2.ext
@@ -50,6 +66,7 @@ TOKENS = {
     "mistral-7b-instruct-v0.2": ("<s>", "</s>"),
     "mistral-7b-instruct-v0.2-legacy": ("<s>", "</s>"),
     "deepseek-v2-chat": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+    "mistral-nemo-instruct-2407": ("<s>", "</s>"),
 }
 
 
@@ -103,6 +120,138 @@ MESSAGE_SETS = {
         msg("user", "Thanks."),
     ],
 }
+
+# The templates that render tools and tool calls (docs/chat_templates.md).
+TOOL_TEMPLATES = ["qwen2.5-7b-instruct", "llama-3.1-8b-instruct", "mistral-nemo-instruct-2407"]
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "The city's name"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+        },
+    },
+}
+TOOL_SETS = {
+    "weather": [WEATHER_TOOL],
+    "two_tools": [
+        WEATHER_TOOL,
+        {"type": "function", "function": {
+            "name": "search",
+            "description": "Search the web — résumé, 日本語, \"quotes\".",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string"},
+                    "max_results": {"type": "integer", "minimum": 1, "default": 5},
+                    "threshold": {"type": "number", "minimum": 0.25, "maximum": 1e-05},
+                },
+                "required": ["query"],
+                "additionalProperties": False,
+            },
+            "strict": True,
+        }},
+    ],
+    "no_parameters": [{"type": "function", "function": {"name": "now"}}],
+}
+
+
+def call(call_id, name, arguments):
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+# The OpenAI wire shape; Mistral's templates want 9-character call ids.
+PARIS_CALL = call("abc123XYZ", "get_weather", '{"city": "Paris", "unit": "celsius"}')
+TOOL_MESSAGE_SETS = {
+    "ask": [msg("user", "What is the weather in Paris?")],
+    "ask_with_system": [SYSTEM, msg("user", "What is the weather in Paris?")],
+    "call_and_result": [
+        msg("user", "What is the weather in Paris?"),
+        {"role": "assistant", "content": None, "tool_calls": [PARIS_CALL]},
+        {"role": "tool", "tool_call_id": "abc123XYZ", "content": '{"temperature": 21}'},
+    ],
+    "call_with_text_and_answer": [
+        SYSTEM,
+        msg("user", "Weather in Zürich, please."),
+        {"role": "assistant", "content": "Let me check.", "tool_calls": [
+            call("zrh000001", "get_weather",
+                 '{"city": "Zürich", "days": 3, "threshold": 0.25, "flags": [true, null], "nested": {"b": 1, "a": 2}}')]},
+        {"role": "tool", "tool_call_id": "zrh000001", "name": "get_weather", "content": "18 °C, cloudy"},
+        msg("assistant", "It is 18 °C and cloudy in Zürich."),
+        msg("user", "Thanks!"),
+    ],
+    "parallel_calls": [
+        msg("user", "Weather in Paris and Rome?"),
+        {"role": "assistant", "content": None, "tool_calls": [
+            PARIS_CALL, call("rome00002", "get_weather", '{"city": "Rome"}')]},
+        {"role": "tool", "tool_call_id": "abc123XYZ", "content": "21"},
+        {"role": "tool", "tool_call_id": "rome00002", "content": "25"},
+    ],
+    # As the official client sends a reply's message back (pydantic's field
+    # order: "function" before "type", "arguments" before "name").
+    "client_key_order": [
+        msg("user", "What is the weather in Paris?"),
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "abc123XYZ", "function": {"arguments": '{"city": "Paris"}', "name": "get_weather"},
+             "type": "function"}]},
+        {"role": "tool", "tool_call_id": "abc123XYZ", "content": "21"},
+    ],
+    "empty_arguments": [
+        msg("user", "What time is it?"),
+        {"role": "assistant", "content": None, "tool_calls": [call("now000001", "now", "")]},
+        {"role": "tool", "tool_call_id": "now000001", "content": "12:00"},
+    ],
+}
+
+# chat_template_kwargs cases: (template, messages, tools, kwargs).
+KWARGS_CASES = [
+    ("llama-3.1-8b-instruct", "call_and_result", "weather", {"tools_in_user_message": False}),
+    ("llama-3.1-8b-instruct", "ask", "weather", {"date_string": "1 Jan 2025", "unused": [1, 2.5]}),
+    ("llama-3.1-8b-instruct", "ask", None, {"builtin_tools": ["brave_search", "wolfram_alpha"]}),
+    ("qwen2.5-7b-instruct", "ask", None, {"anything": {"nested": True}}),
+]
+
+
+def float_reprs():
+    """repr() of floats at the edges of its positional/scientific switch, and random ones."""
+    values = [0.0, -0.0, 1.0, -1.0, 0.1, 0.25, 2.5, 100.0, 1234.5678, -3.14159, 1e-05, 0.0001,
+              0.00012345, 1e15, 1e16, 9999999999999998.0, 1.5e16, 123456789012345678.0,
+              1.5e-10, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 1 / 3, 2 / 3]
+    rng = random.Random(47)
+    values += [rng.uniform(-1, 1) * 10.0 ** rng.randint(-30, 30) for _ in range(200)]
+    values += [float(rng.randint(-10 ** 17, 10 ** 17)) for _ in range(20)]
+    return [repr(v) for v in values]
+
+
+def template_messages(wire):
+    """The messages as a server hands them to the template: each tool call's
+    arguments parsed from JSON text into a dict ("" becomes {}), as vLLM does."""
+    messages = copy.deepcopy(wire)
+    for message in messages:
+        for tool_call in message.get("tool_calls") or []:
+            arguments = tool_call["function"].get("arguments")
+            tool_call["function"]["arguments"] = json.loads(arguments) if arguments else {}
+    return messages
+
+
+def continue_final_message(rendered, messages):
+    """transformers' apply_chat_template(continue_final_message=True), its few lines."""
+    final_message = messages[-1]["content"]
+    if final_message.strip() not in rendered:
+        raise ValueError("continue_final_message is set but the final message does not appear "
+                         "in the chat after applying the chat template!")
+    final_msg_loc = rendered.rindex(final_message.strip())
+    if rendered[final_msg_loc: final_msg_loc + len(final_message.lstrip())] == final_message:
+        return rendered[: final_msg_loc + len(final_message.lstrip())]
+    return rendered[: final_msg_loc + len(final_message.strip())]
+
 
 # One construct each; rendered with MESSAGE_SETS["multi_turn"].
 FEATURES = {
@@ -287,24 +436,59 @@ def environment():
     return env
 
 
-def render(env, source, messages, add_generation_prompt, bos_token, eos_token):
+def render(env, source, messages, add_generation_prompt, bos_token, eos_token, tools=None,
+           extra=None, continue_final=False):
     """jinja2's output as {"output": ...}, or the error it raised."""
     try:
         template = env.from_string(source)
     except Exception as error:  # TemplateSyntaxError, or Python's SyntaxError ({% break %} outside a loop)
         return {"error": type(error).__name__, "message": str(error), "stage": "parse"}
     try:
-        output = template.render(messages=messages, tools=None, documents=None,
+        output = template.render(messages=messages, tools=tools, documents=None,
                                  add_generation_prompt=add_generation_prompt,
-                                 bos_token=bos_token, eos_token=eos_token)
+                                 bos_token=bos_token, eos_token=eos_token, **(extra or {}))
+        if continue_final:
+            output = continue_final_message(output, messages)
     except Exception as error:  # jinja2 lets TypeError, ValueError, ... through
         return {"error": type(error).__name__, "message": str(error), "stage": "render"}
     return {"output": output}
 
 
+def tool_cases(env, sources):
+    """Conversations with tools, kwargs and continue_final_message (see the docstring)."""
+    cases = []
+
+    def add(name, set_name, tools_name, add_generation_prompt, extra=None, continue_final=False,
+            wire=None):
+        bos, eos = TOKENS[name]
+        wire = wire if wire is not None else TOOL_MESSAGE_SETS[set_name]
+        case = {"template": name, "messages": set_name, "tools": tools_name,
+                "add_generation_prompt": add_generation_prompt,
+                "chat_template_kwargs": extra or {}, "continue_final_message": continue_final}
+        case.update(render(env, sources[name], template_messages(wire), add_generation_prompt,
+                           bos, eos, TOOL_SETS[tools_name] if tools_name else None, extra,
+                           continue_final))
+        cases.append(case)
+
+    for name in TOOL_TEMPLATES:
+        for set_name in TOOL_MESSAGE_SETS:
+            for tools_name in [None, *TOOL_SETS]:
+                for add_generation_prompt in (True, False):
+                    add(name, set_name, tools_name, add_generation_prompt)
+    for name, set_name, tools_name, extra in KWARGS_CASES:
+        add(name, set_name, tools_name, True, extra)
+    # continue_final_message: a prefilled answer, with trailing space, with
+    # leading space, and a last message that is not the assistant's.
+    for name in sorted(sources):
+        for set_name in ("assistant_last", "whitespace", "multi_turn"):
+            add(name, set_name, None, False, None, True, MESSAGE_SETS[set_name])
+    return cases
+
+
 def main():
     env = environment()
     templates = {}
+    sources = {}
     cases = []
     for path in sorted(FOLDER.glob("*.jinja")):
         name = path.stem
@@ -312,6 +496,7 @@ def main():
         templates[name] = {"file": path.name, "bos_token": bos, "eos_token": eos}
         # The exact bytes: normalizing newlines is the renderer's job.
         source = path.read_bytes().decode("utf-8")
+        sources[name] = source
         for set_name, messages in MESSAGE_SETS.items():
             for add_generation_prompt in (True, False):
                 case = {"template": name, "messages": set_name,
@@ -332,12 +517,19 @@ def main():
         "templates": templates,
         "message_sets": MESSAGE_SETS,
         "cases": cases,
+        "tool_message_sets": TOOL_MESSAGE_SETS,
+        "tool_sets": TOOL_SETS,
+        "tool_cases": tool_cases(env, sources),
+        "float_reprs": float_reprs(),
         "features": features,
     }
     OUT.write_text(json.dumps(golden, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     errors = sum("error" in c for c in cases)
+    with_tools = golden["tool_cases"]
+    tool_errors = sum("error" in c for c in with_tools)
     print(f"wrote {OUT.relative_to(REPO)}: {len(cases)} cases ({errors} raise) over "
-          f"{len(templates)} templates, {len(features)} features")
+          f"{len(templates)} templates, {len(with_tools)} with tools ({tool_errors} raise), "
+          f"{len(features)} features")
 
 
 if __name__ == "__main__":
