@@ -13,8 +13,9 @@
 // A keyword the grammar cannot enforce (multipleOf, a number's minimum,
 // uniqueItems, not, if/then/else, patternProperties, ...) throws
 // SchemaError naming it: a request is refused, never quietly relaxed.
-// Properties come out in the schema's order; whitespace is limited (a
-// model's runaway newlines are not valid output).
+// Properties come out in the schema's order (pass an ordered_json: a
+// nlohmann::json converts, but has already sorted them by name); whitespace
+// is limited (a model's runaway newlines are not valid output).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -38,10 +39,10 @@ class SchemaError : public GrammarError {
 };
 
 // A new rule (named after `hint`) matching the JSON texts that `schema` validates.
-int32_t add_json_schema_rule(GrammarBuilder& builder, const nlohmann::json& schema,
+int32_t add_json_schema_rule(GrammarBuilder& builder, const nlohmann::ordered_json& schema,
                              const std::string& hint);
 // A grammar whose root matches the JSON texts that `schema` validates.
-Grammar json_schema_grammar(const nlohmann::json& schema);
+Grammar json_schema_grammar(const nlohmann::ordered_json& schema);
 // Any JSON object (response_format {"type": "json_object"}).
 Grammar json_object_grammar();
 
