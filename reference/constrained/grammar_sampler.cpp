@@ -26,7 +26,7 @@ GrammarSampler::GrammarSampler(const Grammar& grammar)
       productive_alternatives_(grammar.num_rules()) {
     // Knuth: like Dijkstra, settle the rule with the cheapest alternative
     // whose references are all settled; that alternative's price is final.
-    std::vector<AlternativePrice> prices(grammar.num_elements());  // by alternative start
+    std::vector<AlternativePrice> prices(grammar.num_elements());          // by alternative start
     std::vector<std::vector<int32_t>> referenced_by(grammar.num_rules());  // alternative starts
     using Candidate = std::tuple<int64_t, int32_t, int32_t>;  // (price, rule, alternative)
     std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> ready;
@@ -65,7 +65,8 @@ GrammarSampler::GrammarSampler(const Grammar& grammar)
             bool productive = true;
             for (int32_t i = start; grammar.element(i).kind != Kind::kEnd; ++i) {
                 const GrammarElement& e = grammar.element(i);
-                productive = productive && (e.kind == Kind::kBytes || shortest_[size_t(e.index)] >= 0);
+                productive =
+                    productive && (e.kind == Kind::kBytes || shortest_[size_t(e.index)] >= 0);
             }
             if (productive) productive_alternatives_[size_t(r)].push_back(start);
         }
@@ -99,7 +100,8 @@ std::string GrammarSampler::sample(std::mt19937_64& rng, size_t soft_max_bytes) 
         for (int b = 0; b < 256; ++b) {
             if (grammar_.byte_set(e.index).contains(uint8_t(b))) members.push_back(uint8_t(b));
         }
-        sentence += char(members[std::uniform_int_distribution<size_t>(0, members.size() - 1)(rng)]);
+        sentence +=
+            char(members[std::uniform_int_distribution<size_t>(0, members.size() - 1)(rng)]);
     }
     return sentence;
 }

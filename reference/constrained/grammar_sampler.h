@@ -41,8 +41,8 @@ class GrammarSampler {
     int32_t pick_alternative(int32_t rule, bool closing, std::mt19937_64& rng) const;
 
     const Grammar& grammar_;
-    std::vector<int64_t> shortest_;          // by rule; -1: derives no finite sentence
-    std::vector<int32_t> shortest_via_;      // by rule: the alternative (start) it comes from
+    std::vector<int64_t> shortest_;      // by rule; -1: derives no finite sentence
+    std::vector<int32_t> shortest_via_;  // by rule: the alternative (start) it comes from
     std::vector<std::vector<int32_t>> productive_alternatives_;  // by rule
 };
 

@@ -55,14 +55,15 @@ void normalize_draft4_bounds(json& schema) {
 
 // `schema` as a list of parts without allOf or $ref: their targets and
 // members become parts of their own.
-void expand_parts(const JsonSchemaConverter& converter, const json& schema,
-                  const std::string& path, int depth, std::vector<json>& out) {
+void expand_parts(const JsonSchemaConverter& converter, const json& schema, const std::string& path,
+                  int depth, std::vector<json>& out) {
     if (depth > kMaxSchemaDepth) {
-        throw_schema_error(path, fmt::format("allOf and $ref nest deeper than {} levels",
-                                             kMaxSchemaDepth));
+        throw_schema_error(
+            path, fmt::format("allOf and $ref nest deeper than {} levels", kMaxSchemaDepth));
     }
     if (!schema.is_object()) {
-        if (!schema.is_boolean()) throw_schema_error(path, "a schema must be an object or a boolean");
+        if (!schema.is_boolean())
+            throw_schema_error(path, "a schema must be an object or a boolean");
         out.push_back(schema);
         return;
     }
@@ -165,8 +166,10 @@ void merge_types_and_values(const std::vector<json>& parts, const std::string& p
     }
     if (typed) {
         out["type"] = json::array();
-        for (const auto& [bit, name] : {std::pair{kNullType, "null"}, {kBooleanType, "boolean"},
-                                        {kObjectType, "object"}, {kArrayType, "array"},
+        for (const auto& [bit, name] : {std::pair{kNullType, "null"},
+                                        {kBooleanType, "boolean"},
+                                        {kObjectType, "object"},
+                                        {kArrayType, "array"},
                                         {kStringType, "string"}}) {
             if (types & bit) out["type"].push_back(name);
         }
@@ -191,13 +194,16 @@ void merge_object_keywords(const std::vector<json>& parts, json& out) {
             std::vector<json> schemas;
             for (const json& other : parts) {
                 const json listed = other.value("properties", json::object());
-                if (listed.contains(name)) schemas.push_back(listed[name]);
-                else if (other.contains("additionalProperties")) schemas.push_back(other["additionalProperties"]);
+                if (listed.contains(name))
+                    schemas.push_back(listed[name]);
+                else if (other.contains("additionalProperties"))
+                    schemas.push_back(other["additionalProperties"]);
             }
             properties[name] = all_of(schemas);
         }
         for (const json& name : part.value("required", json::array())) {
-            if (std::find(required.begin(), required.end(), name) == required.end()) required.push_back(name);
+            if (std::find(required.begin(), required.end(), name) == required.end())
+                required.push_back(name);
         }
         if (part.contains("additionalProperties")) extras.push_back(part["additionalProperties"]);
     }
@@ -228,8 +234,10 @@ void merge_array_keywords(const std::vector<json>& parts, json& out) {
     for (size_t k = 0; k < prefix_length; ++k) {
         std::vector<json> schemas;
         for (const json& part : parts) {
-            if (k < prefix_of(part).size()) schemas.push_back(prefix_of(part)[k]);
-            else if (rest_of(part)) schemas.push_back(*rest_of(part));
+            if (k < prefix_of(part).size())
+                schemas.push_back(prefix_of(part)[k]);
+            else if (rest_of(part))
+                schemas.push_back(*rest_of(part));
         }
         prefix.push_back(all_of(schemas));
     }
@@ -240,16 +248,19 @@ void merge_array_keywords(const std::vector<json>& parts, json& out) {
 void merge_bounds_and_strings(const std::vector<json>& parts, const std::string& path, json& out) {
     for (const json& part : parts) {
         for (const char* keyword : kLowerBounds) {
-            if (part.contains(keyword) && (!out.contains(keyword) || part[keyword] > out[keyword])) out[keyword] = part[keyword];
+            if (part.contains(keyword) && (!out.contains(keyword) || part[keyword] > out[keyword]))
+                out[keyword] = part[keyword];
         }
         for (const char* keyword : kUpperBounds) {
-            if (part.contains(keyword) && (!out.contains(keyword) || part[keyword] < out[keyword])) out[keyword] = part[keyword];
+            if (part.contains(keyword) && (!out.contains(keyword) || part[keyword] < out[keyword]))
+                out[keyword] = part[keyword];
         }
         for (const char* keyword : {"pattern", "format"}) {
             if (!part.contains(keyword)) continue;
             if (out.contains(keyword) && out[keyword] != part[keyword]) {
-                throw_schema_error(child_path(path, keyword),
-                                   fmt::format("allOf parts with different '{}' cannot be merged", keyword));
+                throw_schema_error(
+                    child_path(path, keyword),
+                    fmt::format("allOf parts with different '{}' cannot be merged", keyword));
             }
             out[keyword] = part[keyword];
         }

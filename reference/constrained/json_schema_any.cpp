@@ -23,7 +23,7 @@ int32_t JsonSchemaConverter::whitespace() {
         space_or_tab.add(' ');
         space_or_tab.add('\t');
         indent = named_rule("ws-indent-" + std::to_string(bytes),
-                          {{}, bytes_of(space_or_tab) + ref(indent)});
+                            {{}, bytes_of(space_or_tab) + ref(indent)});
     }
     return shared_["ws"] = named_rule("ws", {{}, lit(" "), lit("\n") + ref(indent)});
 }
@@ -46,15 +46,14 @@ int32_t JsonSchemaConverter::any_value() {
 int32_t JsonSchemaConverter::any_object() {
     if (shared_.count("object")) return shared_["object"];
     const int32_t ws = whitespace();
-    const int32_t member = named_rule("json-member",
-                                    {ref(any_string()) + ref(ws) + lit(":") + ref(ws) +
-                                     ref(any_value()) + ref(ws)});
+    const int32_t member = named_rule("json-member", {ref(any_string()) + ref(ws) + lit(":") +
+                                                      ref(ws) + ref(any_value()) + ref(ws)});
     const int32_t rest = builder_.fresh_rule("json-members");
     builder_.add_alternative(rest, lit("}"));
     builder_.add_alternative(rest, lit(",") + ref(ws) + ref(member) + ref(rest));
-    return shared_["object"] = named_rule("json-object",
-                                        {lit("{") + ref(ws) + lit("}"),
-                                         lit("{") + ref(ws) + ref(member) + ref(rest)});
+    return shared_["object"] = named_rule(
+               "json-object",
+               {lit("{") + ref(ws) + lit("}"), lit("{") + ref(ws) + ref(member) + ref(rest)});
 }
 
 // array ::= "[" ws "]" | "[" ws value ws rest
@@ -66,9 +65,9 @@ int32_t JsonSchemaConverter::any_array() {
     const int32_t rest = builder_.fresh_rule("json-elements");
     builder_.add_alternative(rest, lit("]"));
     builder_.add_alternative(rest, lit(",") + ref(ws) + ref(value) + ref(ws) + ref(rest));
-    return shared_["array"] = named_rule("json-array",
-                                       {lit("[") + ref(ws) + lit("]"),
-                                        lit("[") + ref(ws) + ref(value) + ref(ws) + ref(rest)});
+    return shared_["array"] =
+               named_rule("json-array", {lit("[") + ref(ws) + lit("]"),
+                                         lit("[") + ref(ws) + ref(value) + ref(ws) + ref(rest)});
 }
 
 }  // namespace servelab

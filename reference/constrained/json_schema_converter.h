@@ -5,6 +5,8 @@
 // json_schema_*.cpp files; the public interface is json_schema_grammar.h.
 // The work is split by JSON type, one file each:
 //   json_schema_grammar.cpp  dispatch: booleans, $ref, anyOf/oneOf, enum/const, type
+//   json_schema_keywords.cpp which keywords are enforced, refused, ignored
+//   json_schema_any.cpp      any JSON value, and the whitespace between tokens
 //   json_schema_all_of.cpp   allOf (and siblings of $ref / anyOf) merged into one schema
 //   json_schema_one_of.cpp   the proof that oneOf's branches cannot both match
 //   json_schema_objects.cpp  objects and arrays (Lab 12's exercise)
@@ -34,11 +36,11 @@
 namespace servelab {
 
 // Bounds on the work a hostile schema can cause (SchemaError past them).
-inline constexpr int kMaxSchemaDepth = 64;            // nested subschemas
-inline constexpr size_t kMaxSchemaRules = 100000;     // rules in the grammar
+inline constexpr int kMaxSchemaDepth = 64;              // nested subschemas
+inline constexpr size_t kMaxSchemaRules = 100000;       // rules in the grammar
 inline constexpr int64_t kMaxSchemaRepetition = 10000;  // min/maxLength, min/maxItems
 inline constexpr size_t kMaxEnumValues = 4096;
-inline constexpr size_t kMaxEnumBytes = 256 * 1024;      // serialized, per enum
+inline constexpr size_t kMaxEnumBytes = 256 * 1024;    // serialized, per enum
 inline constexpr size_t kMaxSchemaAlternatives = 256;  // anyOf branches after merging allOf
 
 // Whitespace between tokens: none, one space, or a newline and up to this
@@ -51,9 +53,15 @@ inline constexpr int32_t kNoValue = -1;
 using GrammarSymbols = std::vector<GrammarSymbol>;
 
 // Spelling alternatives: lit("{") + ref(ws) + ref(members) + lit("}").
-inline GrammarSymbols lit(std::string_view bytes) { return literal_symbols(bytes); }
-inline GrammarSymbols ref(int32_t rule) { return {GrammarSymbol::of_rule(rule)}; }
-inline GrammarSymbols bytes_of(const ByteSet& set) { return {GrammarSymbol::of_bytes(set)}; }
+inline GrammarSymbols lit(std::string_view bytes) {
+    return literal_symbols(bytes);
+}
+inline GrammarSymbols ref(int32_t rule) {
+    return {GrammarSymbol::of_rule(rule)};
+}
+inline GrammarSymbols bytes_of(const ByteSet& set) {
+    return {GrammarSymbol::of_bytes(set)};
+}
 inline GrammarSymbols operator+(GrammarSymbols a, const GrammarSymbols& b) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
@@ -93,7 +101,8 @@ class JsonSchemaConverter {
     int32_t key_other_than_rule(const std::vector<std::string>& names, const std::string& path);
 
     // The schema a local $ref points to ("#", "#/$defs/x", any "#/..." pointer).
-    const nlohmann::ordered_json& resolve_ref(const nlohmann::ordered_json& ref, const std::string& path) const;
+    const nlohmann::ordered_json& resolve_ref(const nlohmann::ordered_json& ref,
+                                              const std::string& path) const;
 
     // Shared rules, each built on first use.
     int32_t whitespace();   // see kMaxIndentBytes
@@ -136,7 +145,8 @@ class JsonSchemaConverter {
 // parts distributed over the others ({"anyOf": [merged, ...]}); false when
 // the parts cannot all hold. SchemaError for keywords it cannot merge.
 nlohmann::ordered_json merge_all_of(const JsonSchemaConverter& converter,
-                            const std::vector<nlohmann::ordered_json>& parts, const std::string& path);
+                                    const std::vector<nlohmann::ordered_json>& parts,
+                                    const std::string& path);
 
 // Throws SchemaError unless no JSON value can validate against two of
 // `branches` (json_schema_one_of.cpp): then oneOf is anyOf.

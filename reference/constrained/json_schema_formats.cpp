@@ -31,36 +31,39 @@ ByteSet one_of(std::string_view bytes) {
     return set;
 }
 
-GrammarSymbols d(char low = '0', char high = '9') { return bytes_of(digits(low, high)); }
-GrammarSymbols any_of(std::string_view bytes) { return bytes_of(one_of(bytes)); }
+GrammarSymbols d(char low = '0', char high = '9') {
+    return bytes_of(digits(low, high));
+}
+GrammarSymbols any_of(std::string_view bytes) {
+    return bytes_of(one_of(bytes));
+}
 
 // full-date, with the number of days of each month.
 int32_t date_rule(JsonSchemaConverter& c, const std::string& path) {
-    const int32_t year = c.new_rule(path, "year",
-                                    {d('1', '9') + d() + d() + d(), lit("0") + d('1', '9') + d() + d(),
-                                     lit("00") + d('1', '9') + d(), lit("000") + d('1', '9')});
+    const int32_t year =
+        c.new_rule(path, "year",
+                   {d('1', '9') + d() + d() + d(), lit("0") + d('1', '9') + d() + d(),
+                    lit("00") + d('1', '9') + d(), lit("000") + d('1', '9')});
     // 04, 08, ..., 96: the two-digit multiples of 4 but 00.
     const int32_t fourth = c.new_rule(path, "fourth",
-                                      {any_of("02468") + any_of("48"), any_of("13579") + any_of("26"),
-                                       any_of("2468") + lit("0")});
+                                      {any_of("02468") + any_of("48"),
+                                       any_of("13579") + any_of("26"), any_of("2468") + lit("0")});
     const int32_t leap_year =
         c.new_rule(path, "leap-year", {d() + d() + ref(fourth), ref(fourth) + lit("00")});
-    const int32_t month_31 = c.new_rule(path, "month31", {lit("0") + any_of("13578"),
-                                                          lit("1") + any_of("02")});
-    const int32_t month_30 =
-        c.new_rule(path, "month30", {lit("0") + any_of("469"), lit("11")});
+    const int32_t month_31 =
+        c.new_rule(path, "month31", {lit("0") + any_of("13578"), lit("1") + any_of("02")});
+    const int32_t month_30 = c.new_rule(path, "month30", {lit("0") + any_of("469"), lit("11")});
     const GrammarSymbols day_1_28 = d('0', '0') + d('1', '9');
     const int32_t day_28 =
         c.new_rule(path, "day28", {lit("0") + d('1', '9'), lit("1") + d(), lit("2") + d('0', '8')});
     const int32_t day_30 =
         c.new_rule(path, "day30", {lit("0") + d('1', '9'), any_of("12") + d(), lit("30")});
-    const int32_t day_31 =
-        c.new_rule(path, "day31", {lit("0") + d('1', '9'), any_of("12") + d(), lit("3") + any_of("01")});
+    const int32_t day_31 = c.new_rule(
+        path, "day31", {lit("0") + d('1', '9'), any_of("12") + d(), lit("3") + any_of("01")});
     return c.new_rule(path, "date",
                       {ref(year) + lit("-") + ref(month_31) + lit("-") + ref(day_31),
                        ref(year) + lit("-") + ref(month_30) + lit("-") + ref(day_30),
-                       ref(year) + lit("-02-") + ref(day_28),
-                       ref(leap_year) + lit("-02-29")});
+                       ref(year) + lit("-02-") + ref(day_28), ref(leap_year) + lit("-02-29")});
 }
 
 // full-time: hh:mm:ss, an optional fraction, an offset.
@@ -72,11 +75,13 @@ int32_t time_rule(JsonSchemaConverter& c, const std::string& path) {
         fraction_digits =
             c.new_rule(path, fmt::format("fraction-{}", k), {{}, d() + ref(fraction_digits)});
     }
-    const int32_t fraction = c.new_rule(path, "fraction", {{}, lit(".") + d() + ref(fraction_digits)});
+    const int32_t fraction =
+        c.new_rule(path, "fraction", {{}, lit(".") + d() + ref(fraction_digits)});
     const int32_t offset =
         c.new_rule(path, "offset", {lit("Z"), any_of("+-") + ref(hour) + lit(":") + sixty});
-    return c.new_rule(path, "time", {ref(hour) + lit(":") + sixty + lit(":") + sixty +
-                                     ref(fraction) + ref(offset)});
+    return c.new_rule(
+        path, "time",
+        {ref(hour) + lit(":") + sixty + lit(":") + sixty + ref(fraction) + ref(offset)});
 }
 
 // local-part "@" domain (see the header comment for the subset).

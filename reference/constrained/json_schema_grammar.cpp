@@ -24,37 +24,6 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-// Keywords of JSON Schema (drafts 4 to 2020-12) that constrain a value but
-// that this converter cannot turn into grammar rules.
-const std::set<std::string> kRefusedKeywords = {
-    "multipleOf",       "uniqueItems",       "not",          "if",
-    "then",             "else",              "dependentRequired", "dependentSchemas",
-    "dependencies",     "patternProperties", "propertyNames", "minProperties",
-    "maxProperties",    "contains",          "minContains",  "maxContains",
-    "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
-    "extends",          "disallow",          "divisibleBy"};
-
-// Keywords enforced here. Everything else (title, description, default,
-// examples, $schema, $id, $comment, deprecated, readOnly, writeOnly, $defs,
-// and words JSON Schema does not define) constrains nothing: validators
-// ignore them, and so do we.
-const std::set<std::string> kEnforcedKeywords = {
-    "$ref",     "type",        "enum",          "const",           "anyOf",
-    "oneOf",    "allOf",       "properties",    "required",        "additionalProperties",
-    "items",    "prefixItems", "additionalItems", "minItems",      "maxItems",
-    "minLength", "maxLength",  "pattern",       "format",          "minimum",
-    "maximum",  "exclusiveMinimum", "exclusiveMaximum"};
-
-const char* const kTypeNames[] = {"null", "boolean", "object", "array", "string", "integer"};
-const uint8_t kTypeNameBits[] = {kNullType,   kBooleanType, kObjectType,
-                                 kArrayType,  kStringType,  kIntegerType};
-
-// A keyword that would refuse but is set to its no-op value.
-bool is_no_op(const std::string& keyword, const json& value) {
-    return (keyword == "uniqueItems" && value == false) ||
-           (keyword == "minProperties" && value == 0);
-}
-
 // Whether `schema` has a constraining keyword besides those in `except`.
 bool has_constraints_besides(const json& schema, const std::set<std::string>& except) {
     for (const auto& [keyword, value] : schema.items()) {
@@ -114,8 +83,8 @@ class DepthGuard {
   public:
     DepthGuard(int& depth, const std::string& path) : depth_(depth) {
         if (++depth_ > kMaxSchemaDepth) {
-            throw_schema_error(path, fmt::format("the schema nests deeper than {} levels",
-                                                 kMaxSchemaDepth));
+            throw_schema_error(
+                path, fmt::format("the schema nests deeper than {} levels", kMaxSchemaDepth));
         }
     }
     ~DepthGuard() { --depth_; }
@@ -128,90 +97,14 @@ class DepthGuard {
 
 }  // namespace
 
-void throw_schema_error(const std::string& keyword_path, const std::string& what) {
-    throw SchemaError(fmt::format("JSON schema{}: {}",
-                                  keyword_path.empty() ? "" : " at " + keyword_path, what),
-                      keyword_path);
-}
-
-std::string child_path(const std::string& path, const std::string& key) {
-    return path.empty() ? key : path + "." + key;
-}
-
-std::optional<int64_t> count_keyword(const json& schema, const char* keyword,
-                                     const std::string& path) {
-    if (!schema.contains(keyword)) return std::nullopt;
-    const json& value = schema[keyword];
-    const std::string where = child_path(path, keyword);
-    const bool integral =
-        value.is_number_integer() ||
-        (value.is_number_float() && value.get<double>() == double(int64_t(value.get<double>())));
-    if (!value.is_number() || !integral || value < 0) {
-        throw_schema_error(where, fmt::format("'{}' must be a non-negative integer", keyword));
-    }
-    if (value > kMaxSchemaRepetition) {
-        throw_schema_error(where, fmt::format("'{}' {} is over the limit of {}", keyword,
-                                              value.dump(), kMaxSchemaRepetition));
-    }
-    return value.is_number_float() ? int64_t(value.get<double>()) : value.get<int64_t>();
-}
-
-bool is_constraining_keyword(const std::string& keyword) {
-    return kEnforcedKeywords.count(keyword) || kRefusedKeywords.count(keyword);
-}
-
-void check_schema_keywords(const json& schema, const std::string& path) {
-    for (const auto& [keyword, value] : schema.items()) {
-        if (kRefusedKeywords.count(keyword) && !is_no_op(keyword, value)) {
-            throw_schema_error(child_path(path, keyword),
-                               fmt::format("'{}' is not supported: the grammar cannot enforce it",
-                                           keyword));
-        }
-    }
-}
-
-uint8_t value_type_bit(const json& value) {
-    switch (value.type()) {
-        case json::value_t::null: return kNullType;
-        case json::value_t::boolean: return kBooleanType;
-        case json::value_t::object: return kObjectType;
-        case json::value_t::array: return kArrayType;
-        case json::value_t::string: return kStringType;
-        case json::value_t::number_float: {
-            const double x = value.get<double>();
-            return x == std::floor(x) ? kIntegerType : kFractionType;
-        }
-        default: return kIntegerType;
-    }
-}
-
-uint8_t type_keyword_bits(const json& schema, const std::string& path) {
-    if (!schema.contains("type")) return kAnyType;
-    const json& type = schema["type"];
-    const json names = type.is_array() ? type : json::array({type});
-    uint8_t bits = 0;
-    for (const json& name : names) {
-        bool known = false;
-        for (size_t i = 0; i < std::size(kTypeNames); ++i) {
-            if (name == kTypeNames[i]) bits |= kTypeNameBits[i], known = true;
-        }
-        if (name == "number") bits |= kNumberType, known = true;
-        if (!known) {
-            throw_schema_error(child_path(path, "type"),
-                               fmt::format("unknown type {}", name.dump()));
-        }
-    }
-    return bits;
-}
-
 JsonSchemaConverter::JsonSchemaConverter(GrammarBuilder& builder, const json& root)
     : builder_(builder), root_(root) {}
 
 int32_t JsonSchemaConverter::value_rule(const json& schema, const std::string& path) {
     if (schema.is_boolean()) return schema.get<bool>() ? any_value() : kNoValue;
     if (!schema.is_object()) {
-        throw_schema_error(path, fmt::format("a schema must be an object or a boolean, not {}",
-                                             schema.dump()));
+        throw_schema_error(
+            path, fmt::format("a schema must be an object or a boolean, not {}", schema.dump()));
     }
     const DepthGuard guard(depth_, path);
     check_schema_keywords(schema, path);
@@ -274,8 +167,8 @@ int32_t JsonSchemaConverter::any_of_rule(const json& branches, const std::string
         throw_schema_error(path, "must be a non-empty array of schemas");
     }
     if (branches.size() > kMaxSchemaAlternatives) {
-        throw_schema_error(path, fmt::format("{} branches is over the limit of {}",
-                                             branches.size(), kMaxSchemaAlternatives));
+        throw_schema_error(path, fmt::format("{} branches is over the limit of {}", branches.size(),
+                                             kMaxSchemaAlternatives));
     }
     std::vector<GrammarSymbols> alternatives;
     for (size_t i = 0; i < branches.size(); ++i) {
@@ -301,9 +194,9 @@ int32_t JsonSchemaConverter::enum_rule(const json& schema, const std::string& pa
     json values = schema.contains("enum") ? schema["enum"] : json::array({schema["const"]});
     if (!values.is_array()) throw_schema_error(child_path(path, "enum"), "must be an array");
     if (values.size() > kMaxEnumValues) {
-        throw_schema_error(child_path(path, "enum"),
-                           fmt::format("{} values is over the limit of {}", values.size(),
-                                       kMaxEnumValues));
+        throw_schema_error(
+            child_path(path, "enum"),
+            fmt::format("{} values is over the limit of {}", values.size(), kMaxEnumValues));
     }
     const uint8_t types = type_keyword_bits(schema, path);
     std::set<std::string> seen;
@@ -397,8 +290,7 @@ int32_t JsonSchemaConverter::named_rule(const std::string& name,
     return rule;
 }
 
-int32_t add_json_schema_rule(GrammarBuilder& builder, const json& schema,
-                             const std::string& hint) {
+int32_t add_json_schema_rule(GrammarBuilder& builder, const json& schema, const std::string& hint) {
     // Declared first, so that it gets `hint` itself as its name.
     const int32_t rule = builder.fresh_rule(hint);
     JsonSchemaConverter converter(builder, schema);

@@ -28,13 +28,13 @@ namespace {
 using json = nlohmann::ordered_json;
 using Int128 = __int128;
 
-const char* const kBoundKeywords[] = {"minimum", "maximum", "exclusiveMinimum",
-                                      "exclusiveMaximum"};
+const char* const kBoundKeywords[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 std::string decimal(Int128 value) {
     if (value == 0) return "0";
     std::string text;
-    for (Int128 v = value < 0 ? -value : value; v > 0; v /= 10) text.insert(text.begin(), char('0' + int(v % 10)));
+    for (Int128 v = value < 0 ? -value : value; v > 0; v /= 10)
+        text.insert(text.begin(), char('0' + int(v % 10)));
     return value < 0 ? "-" + text : text;
 }
 
@@ -65,13 +65,13 @@ IntegerBounds integer_bounds(const json& schema, const std::string& path) {
         if (!schema.contains(keyword)) continue;
         const json& value = schema[keyword];
         const std::string where = child_path(path, keyword);
-        const bool is_lower = keyword == std::string("minimum") ||
-                              keyword == std::string("exclusiveMinimum");
+        const bool is_lower =
+            keyword == std::string("minimum") || keyword == std::string("exclusiveMinimum");
         const bool exclusive = std::string(keyword).starts_with("exclusive");
         if (exclusive && value.is_boolean()) continue;  // draft 4: read with minimum/maximum
         const bool draft4_exclusive =
-            !exclusive && schema.value(is_lower ? "exclusiveMinimum" : "exclusiveMaximum", json()) ==
-                              json(true);
+            !exclusive &&
+            schema.value(is_lower ? "exclusiveMinimum" : "exclusiveMaximum", json()) == json(true);
         // x > 2.5 is x >= 3, and x > 2 is x >= 3: floor + 1 (ceil - 1 for x < bound).
         if (exclusive || draft4_exclusive) {
             const Int128 v = integer_bound(value, !is_lower, where);
@@ -122,8 +122,7 @@ void same_length_runs(const std::string& x, const std::string& y, const GrammarS
 
 // The decimal strings of [low, high], low >= 1 (no high: unbounded), as
 // alternatives; `digits` matches [0-9]*.
-std::vector<GrammarSymbols> positive_runs(Int128 low, std::optional<Int128> high,
-                                          int32_t digits) {
+std::vector<GrammarSymbols> positive_runs(Int128 low, std::optional<Int128> high, int32_t digits) {
     std::vector<GrammarSymbols> out;
     const std::string a = decimal(low);
     const std::string b = high ? decimal(*high) : std::string(a.size(), '9');
@@ -161,7 +160,8 @@ int32_t JsonSchemaConverter::any_number() {
         named_rule("json-integer", {lit("0"), lit("-0"), bytes_of(nonzero) + ref(digits),
                                     lit("-") + bytes_of(nonzero) + ref(digits)});
     shared_["integer"] = integer;
-    const int32_t fraction = named_rule("json-fraction", {{}, lit(".") + bytes_of(digit) + ref(digits)});
+    const int32_t fraction =
+        named_rule("json-fraction", {{}, lit(".") + bytes_of(digit) + ref(digits)});
     ByteSet e;
     e.add('e');
     e.add('E');

@@ -106,11 +106,10 @@ std::pair<int32_t, int32_t> extra_member_rules(JsonSchemaConverter& converter, c
         names.push_back(name);  // listed with the schema false: absent, and not extra either
     }
     const std::string extra_path = child_path(path, "additionalProperties");
-    const GrammarSymbols extra =
-        member_symbols(converter, ref(converter.key_other_than_rule(names, extra_path)),
-                       extra_value);
-    const int32_t after = converter.builder().fresh_rule(
-        JsonSchemaConverter::rule_name(path, "extra-after"));
+    const GrammarSymbols extra = member_symbols(
+        converter, ref(converter.key_other_than_rule(names, extra_path)), extra_value);
+    const int32_t after =
+        converter.builder().fresh_rule(JsonSchemaConverter::rule_name(path, "extra-after"));
     converter.builder().add_alternative(after, {});
     converter.builder().add_alternative(
         after, lit(",") + ref(converter.whitespace()) + extra + ref(after));
@@ -160,7 +159,8 @@ int32_t JsonSchemaConverter::object_rule(const json& schema, const std::string& 
     const int32_t ws = whitespace();
     for (size_t i = members->size(); i-- > 0;) {
         const ObjectMember& m = (*members)[i];
-        const GrammarSymbols member = member_symbols(*this, lit(json_string_literal(m.name, path)), m.value);
+        const GrammarSymbols member =
+            member_symbols(*this, lit(json_string_literal(m.name, path)), m.value);
         std::vector<GrammarSymbols> after_alternatives = {lit(",") + ref(ws) + member + ref(after)};
         std::vector<GrammarSymbols> first_alternatives = {member + ref(after)};
         if (!m.required) {
@@ -191,12 +191,12 @@ int32_t JsonSchemaConverter::array_rule(const json& schema, const std::string& p
     const int32_t ws = whitespace();
     // after(k): what follows once k elements are written. From k_last on
     // nothing changes: it ends there, or (no maxItems) loops on itself.
-    const int64_t k_last =
-        limit ? std::max<int64_t>(*limit, 1)
-              : std::max<int64_t>({int64_t(items.prefix.size()), min_items, 1});
+    const int64_t k_last = limit ? std::max<int64_t>(*limit, 1)
+                                 : std::max<int64_t>({int64_t(items.prefix.size()), min_items, 1});
     int32_t after = new_rule(path, fmt::format("after-{}", k_last), {{}});
     if (!limit) {
-        builder_.add_alternative(after, lit(",") + ref(ws) + ref(items.rest) + ref(ws) + ref(after));
+        builder_.add_alternative(after,
+                                 lit(",") + ref(ws) + ref(items.rest) + ref(ws) + ref(after));
     }
     for (int64_t k = k_last - 1; k >= 1; --k) {
         std::vector<GrammarSymbols> alternatives;

@@ -44,13 +44,13 @@ uint8_t possible_types(const JsonSchemaConverter& converter, const json& schema,
     if (!schema.is_object() || depth > kMaxLookDepth) return kAnyType;
     uint8_t bits = type_keyword_bits(schema, path);
     if (schema.contains("$ref")) {
-        bits &= possible_types(converter, converter.resolve_ref(schema["$ref"], path), path,
-                               depth + 1);
+        bits &=
+            possible_types(converter, converter.resolve_ref(schema["$ref"], path), path, depth + 1);
     }
     for (const char* keyword : {"enum", "const"}) {
         if (!schema.contains(keyword)) continue;
-        const json values = keyword == std::string("enum") ? schema[keyword]
-                                                           : json::array({schema[keyword]});
+        const json values =
+            keyword == std::string("enum") ? schema[keyword] : json::array({schema[keyword]});
         if (!values.is_array()) continue;
         uint8_t value_bits = 0;
         for (const json& v : values) value_bits |= value_type_bit(v);
@@ -129,8 +129,8 @@ void require_disjoint_branches(const JsonSchemaConverter& converter, const json&
         throw_schema_error(path, "must be a non-empty array of schemas");
     }
     if (branches.size() > kMaxSchemaAlternatives) {
-        throw_schema_error(path, fmt::format("{} branches is over the limit of {}",
-                                             branches.size(), kMaxSchemaAlternatives));
+        throw_schema_error(path, fmt::format("{} branches is over the limit of {}", branches.size(),
+                                             kMaxSchemaAlternatives));
     }
     for (size_t i = 0; i < branches.size(); ++i) {
         for (size_t j = i + 1; j < branches.size(); ++j) {

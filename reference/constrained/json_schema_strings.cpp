@@ -42,8 +42,7 @@ ByteSet byte_union(const ByteSet& a, const ByteSet& b) {
 }
 
 ByteSet hex_digit() {
-    return byte_union(byte_range('0', '9'),
-                      byte_union(byte_range('a', 'f'), byte_range('A', 'F')));
+    return byte_union(byte_range('0', '9'), byte_union(byte_range('a', 'f'), byte_range('A', 'F')));
 }
 
 // The four hex digits of a \u escape whose first digit is `first` and
@@ -65,7 +64,7 @@ ByteSet unescaped_bytes() {
 
 // The simple escapes: the letter after the backslash, and what it stands for.
 constexpr std::pair<char, char> kSimpleEscapes[] = {{'"', '"'},  {'\\', '\\'}, {'/', '/'},
-                                                    {'b', '\b'}, {'f', '\f'},   {'n', '\n'},
+                                                    {'b', '\b'}, {'f', '\f'},  {'n', '\n'},
                                                     {'r', '\r'}, {'t', '\t'}};
 
 // The first code point of UTF-8 `text` and its length in bytes (a stray
@@ -102,8 +101,7 @@ bool has_top_level_bar(std::string_view pattern) {
 std::string whole_string_regex(std::string pattern) {
     const bool anchored_start = !pattern.empty() && pattern.front() == '^';
     size_t backslashes = 0;
-    while (backslashes + 1 < pattern.size() &&
-           pattern[pattern.size() - 2 - backslashes] == '\\') {
+    while (backslashes + 1 < pattern.size() && pattern[pattern.size() - 2 - backslashes] == '\\') {
         ++backslashes;
     }
     const bool anchored_end = !pattern.empty() && pattern.back() == '$' && backslashes % 2 == 0;
@@ -131,7 +129,8 @@ int32_t import_grammar(JsonSchemaConverter& converter, const Grammar& grammar,
                 continue;
             }
             ByteSet cut;
-            for (size_t w = 0; w < 4; ++w) cut.bits[w] = grammar.byte_set(e.index).bits[w] & allowed.bits[w];
+            for (size_t w = 0; w < 4; ++w)
+                cut.bits[w] = grammar.byte_set(e.index).bits[w] & allowed.bits[w];
             if (cut.empty()) return false;
             if (out) out->push_back(GrammarSymbol::of_bytes(cut));
         }
@@ -150,7 +149,8 @@ int32_t import_grammar(JsonSchemaConverter& converter, const Grammar& grammar,
     if (!productive[size_t(grammar.root_rule())]) return kNoValue;
     std::vector<int32_t> ids(grammar.num_rules(), kNoValue);
     for (size_t r = 0; r < grammar.num_rules(); ++r) {
-        if (productive[r]) ids[r] = converter.new_rule(path, "pattern-" + grammar.rule_name(int32_t(r)), {});
+        if (productive[r])
+            ids[r] = converter.new_rule(path, "pattern-" + grammar.rule_name(int32_t(r)), {});
     }
     for (size_t r = 0; r < grammar.num_rules(); ++r) {
         for (const int32_t start : grammar.alternatives(int32_t(r))) {
@@ -165,8 +165,7 @@ int32_t import_grammar(JsonSchemaConverter& converter, const Grammar& grammar,
     return ids[size_t(grammar.root_rule())];
 }
 
-int32_t pattern_rule(JsonSchemaConverter& converter, const json& pattern,
-                     const std::string& path) {
+int32_t pattern_rule(JsonSchemaConverter& converter, const json& pattern, const std::string& path) {
     if (!pattern.is_string()) throw_schema_error(path, "must be a string");
     Grammar grammar;
     try {
@@ -226,19 +225,19 @@ int32_t JsonSchemaConverter::string_char() {
     ByteSet simple_escape;
     for (const auto& [letter, stands_for] : kSimpleEscapes) simple_escape.add(uint8_t(letter));
     const ByteSet d = byte_union(ByteSet::single('d'), ByteSet::single('D'));
-    const ByteSet not_d = byte_union(byte_range('0', '9'),
-                                     byte_union(byte_range('a', 'c'),
-                                                byte_union(byte_range('A', 'C'),
-                                                           byte_union(byte_range('e', 'f'),
-                                                                      byte_range('E', 'F')))));
-    const ByteSet high_second = byte_union(byte_range('8', '9'),
-                                           byte_union(byte_range('a', 'b'), byte_range('A', 'B')));
+    const ByteSet not_d =
+        byte_union(byte_range('0', '9'),
+                   byte_union(byte_range('a', 'c'),
+                              byte_union(byte_range('A', 'C'),
+                                         byte_union(byte_range('e', 'f'), byte_range('E', 'F')))));
+    const ByteSet high_second =
+        byte_union(byte_range('8', '9'), byte_union(byte_range('a', 'b'), byte_range('A', 'B')));
     const ByteSet low_second = byte_union(byte_range('c', 'f'), byte_range('C', 'F'));
     return shared_["char"] = named_rule(
-               "json-char", {ref(unescaped), lit("\\") + bytes_of(simple_escape),
-                             unicode_escape(not_d, hex_digit()),
-                             unicode_escape(d, byte_range('0', '7')),
-                             unicode_escape(d, high_second) + unicode_escape(d, low_second)});
+               "json-char",
+               {ref(unescaped), lit("\\") + bytes_of(simple_escape),
+                unicode_escape(not_d, hex_digit()), unicode_escape(d, byte_range('0', '7')),
+                unicode_escape(d, high_second) + unicode_escape(d, low_second)});
 }
 
 // string ::= '"' rest;  rest ::= '"' | char rest
@@ -258,9 +257,9 @@ int32_t JsonSchemaConverter::string_rule(const json& schema, const std::string& 
         if (!schema.contains(keyword)) continue;
         for (const char* other : {"minLength", "maxLength", "pattern"}) {
             if (other != std::string(keyword) && schema.contains(other)) {
-                throw_schema_error(child_path(path, other),
-                                   fmt::format("'{}' together with '{}' is not supported", other,
-                                               keyword));
+                throw_schema_error(
+                    child_path(path, other),
+                    fmt::format("'{}' together with '{}' is not supported", other, keyword));
             }
         }
     }

@@ -29,7 +29,9 @@ namespace {
 using json = nlohmann::ordered_json;
 using test::grammar_accepts;
 
-Grammar grammar_of(const std::string& schema) { return json_schema_grammar(json::parse(schema)); }
+Grammar grammar_of(const std::string& schema) {
+    return json_schema_grammar(json::parse(schema));
+}
 
 // Each of `valid` accepted and each of `invalid` rejected by the grammar of `schema`.
 void expect_language(const std::string& schema, const std::vector<std::string>& valid,
@@ -59,18 +61,23 @@ TEST(JsonSchemaGrammar, PlainTypes) {
     expect_language(R"({"type": "boolean"})", {"true", "false"}, {"True", "1", "null"});
     expect_language(R"({"type": "integer"})", {"0", "-0", "7", "-12", "123456789012345678901234"},
                     {"01", "1.0", "1e3", "+1", "-", "", " 1"});
-    expect_language(R"({"type": "number"})",
-                    {"0", "-0.5", "3.25", "1e10", "1E-3", "-2.5e+7", "10"},
+    expect_language(R"({"type": "number"})", {"0", "-0.5", "3.25", "1e10", "1E-3", "-2.5e+7", "10"},
                     {".5", "1.", "01.5", "1e", "--1", "NaN", "Infinity", "0x10"});
     expect_language(R"({"type": ["string", "null"]})", {"null", "\"x\""}, {"1", "true"});
 }
 
 TEST(JsonSchemaGrammar, AnyValue) {
-    const std::vector<std::string> values = {
-        "null", "true", "-1.5e3", "\"a\\nb\"", "[]", "{}", "[1, [2, {\"a\": [null]}]]",
-        "{\"a\": {\"b\": {}}, \"c\": [true, false]}", "{\n  \"k\": \"v\",\n  \"n\": 1\n}"};
-    const std::vector<std::string> not_values = {"", "{", "[1,]", "{\"a\" 1}", "{'a': 1}",
-                                                 "[1 2]", "{\"a\": 1,}", "nul"};
+    const std::vector<std::string> values = {"null",
+                                             "true",
+                                             "-1.5e3",
+                                             "\"a\\nb\"",
+                                             "[]",
+                                             "{}",
+                                             "[1, [2, {\"a\": [null]}]]",
+                                             "{\"a\": {\"b\": {}}, \"c\": [true, false]}",
+                                             "{\n  \"k\": \"v\",\n  \"n\": 1\n}"};
+    const std::vector<std::string> not_values = {"",         "{",     "[1,]",        "{\"a\" 1}",
+                                                 "{'a': 1}", "[1 2]", "{\"a\": 1,}", "nul"};
     for (const char* schema : {"{}", "true", R"({"description": "anything"})"}) {
         expect_language(schema, values, not_values);
     }
@@ -92,8 +99,8 @@ TEST(JsonSchemaGrammar, WhitespaceIsBounded) {
 
 TEST(JsonSchemaGrammar, StringCharactersAndEscapes) {
     expect_language(R"({"type": "string"})",
-                    {"\"\"", "\"plain\"", "\"\\\" \\\\ \\/ \\b \\f \\n \\r \\t\"", "\"\\u00e9\\u00E9\"",
-                     "\"\\ud83d\\ude00\"", "\"é ∑ 😀\"", "\"\x7f\""},
+                    {"\"\"", "\"plain\"", "\"\\\" \\\\ \\/ \\b \\f \\n \\r \\t\"",
+                     "\"\\u00e9\\u00E9\"", "\"\\ud83d\\ude00\"", "\"é ∑ 😀\"", "\"\x7f\""},
                     {"\"", "\"a", "'a'", "\"\\x41\"", "\"\\u12\"", "\"\\ud83d\"", "\"\\ude00\"",
                      "\"\\ud83d\\u0041\"", "\"a\nb\"", std::string("\"\0\"", 3), "\"\xff\"",
                      "\"\xc3\"", "\"\xed\xa0\x80\""});
@@ -102,13 +109,13 @@ TEST(JsonSchemaGrammar, StringCharactersAndEscapes) {
 TEST(JsonSchemaGrammar, StringLengthCountsCharacters) {
     // Every string of 0..7 characters, each written raw or as one of the
     // escapes (one character each, a surrogate pair too), against min/max.
-    const std::vector<std::string> spellings = {"a", "é", "😀", "\\n", "\\u0041", "\\ud83d\\ude00",
+    const std::vector<std::string> spellings = {"a",   "é", "😀", "\\n", "\\u0041", "\\ud83d\\ude00",
                                                 "\\\""};
     test::RandomSource random;
     for (int64_t min = 0; min <= 4; ++min) {
         for (int64_t max = min; max <= 5; ++max) {
-            const Grammar g = grammar_of(
-                json{{"type", "string"}, {"minLength", min}, {"maxLength", max}}.dump());
+            const Grammar g =
+                grammar_of(json{{"type", "string"}, {"minLength", min}, {"maxLength", max}}.dump());
             for (int length = 0; length <= 7; ++length) {
                 std::string text = "\"";
                 for (int k = 0; k < length; ++k) {
@@ -124,11 +131,27 @@ TEST(JsonSchemaGrammar, StringLengthCountsCharacters) {
     expect_language(R"({"minLength": 2})", {"\"ab\""}, {"\"a\"", "12"});  // inferred: a string
 }
 
+TEST(JsonSchemaGrammar, PatternSearchesUnlessAnchored) {
+    expect_language(R"({"type": "string", "pattern": "^[a-z]{2,3}$"})", {"\"ab\"", "\"xyz\""},
+                    {"\"a\"", "\"abcd\"", "\"AB\"", "\"ab1\""});
+    expect_language(R"({"pattern": "abc"})", {"\"abc\"", "\"xxabcyy\"", "\"é abc 😀\""},
+                    {"\"ab\"", "\"abd\"", "\"a\\u0062c\""});  // no escapes in a patterned string
+    expect_language(R"({"pattern": "^ab"})", {"\"ab\"", "\"abz\""}, {"\"zab\""});
+    expect_language(R"({"pattern": "c$"})", {"\"c\"", "\"abc\""}, {"\"cd\""});
+    expect_language(R"({"pattern": "^(a|b)+\\d$"})", {"\"ab1\"", "\"b9\""}, {"\"1\"", "\"ab\""});
+    // A pattern whose strings all need an escape validates nothing here.
+    EXPECT_EQ(refusal_of(R"({"pattern": "^\"$"})"), "");
+    expect_language(R"({"properties": {"q": {"pattern": "^\"$"}}})", {"{}"}, {"{\"q\":\"\\\"\"}"});
+    EXPECT_EQ(refusal_of(R"({"pattern": "^a|b$"})"), "pattern");
+    EXPECT_EQ(refusal_of(R"x({"pattern": "(?=a)"})x"), "pattern");
+    EXPECT_EQ(refusal_of(R"({"pattern": "a", "maxLength": 3})"), "maxLength");
+}
+
 TEST(JsonSchemaGrammar, Enum) {
-    expect_language(R"({"enum": ["red", 1, null, [1, "x"], {"b": 1, "a": "é"}, 2.5, "say \"hi\""]})",
-                    {"\"red\"", "1", "null", "[1,\"x\"]", "{\"b\":1,\"a\":\"é\"}", "2.5",
-                     "\"say \\\"hi\\\"\""},
-                    {"\"blue\"", "2", "[1, \"x\"]", "{\"a\":\"é\",\"b\":1}", "red"});
+    expect_language(
+        R"({"enum": ["red", 1, null, [1, "x"], {"b": 1, "a": "é"}, 2.5, "say \"hi\""]})",
+        {"\"red\"", "1", "null", "[1,\"x\"]", "{\"b\":1,\"a\":\"é\"}", "2.5", "\"say \\\"hi\\\"\""},
+        {"\"blue\"", "2", "[1, \"x\"]", "{\"a\":\"é\",\"b\":1}", "red"});
     expect_language(R"({"const": "fixed"})", {"\"fixed\""}, {"\"other\""});
     expect_language(R"({"type": "string", "enum": ["a", 1, "b"]})", {"\"a\"", "\"b\""}, {"1"});
     expect_language(R"({"type": "integer", "enum": [1.0, 1.5, 2]})", {"1.0", "2"}, {"1.5"});
@@ -141,12 +164,13 @@ TEST(JsonSchemaGrammar, ObjectPropertiesInSchemaOrder) {
         "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
                        "tags": {"type": "array", "items": {"type": "string"}}},
         "required": ["name"]})";
-    expect_language(schema,
-                    {"{\"name\":\"x\"}", "{\"name\":\"x\",\"age\":3}", "{\"name\":\"x\",\"tags\":[]}",
-                     "{\"name\":\"x\", \"age\":3, \"tags\":[\"a\"]}"},
-                    {"{}", "{\"age\":3}", "{\"age\":3,\"name\":\"x\"}", "{\"name\":\"x\",}",
-                     "{,\"name\":\"x\"}", "{\"name\":\"x\",\"other\":1}",
-                     "{\"name\":\"x\",\"age\":\"3\"}", "{\"name\":\"x\" \"age\":3}"});
+    expect_language(
+        schema,
+        {"{\"name\":\"x\"}", "{\"name\":\"x\",\"age\":3}", "{\"name\":\"x\",\"tags\":[]}",
+         "{\"name\":\"x\", \"age\":3, \"tags\":[\"a\"]}"},
+        {"{}", "{\"age\":3}", "{\"age\":3,\"name\":\"x\"}", "{\"name\":\"x\",}",
+         "{,\"name\":\"x\"}", "{\"name\":\"x\",\"other\":1}", "{\"name\":\"x\",\"age\":\"3\"}",
+         "{\"name\":\"x\" \"age\":3}"});
     // All optional: any subset, in order.
     expect_language(R"({"properties": {"a": {}, "b": {}, "c": {}}, "additionalProperties": false})",
                     {"{}", "{\"a\":1}", "{\"b\":1}", "{\"c\":1}", "{\"a\":1,\"c\":2}",
@@ -159,11 +183,11 @@ TEST(JsonSchemaGrammar, AdditionalProperties) {
     // never named like a listed one (that would be a second "a").
     const std::string open = R"({"type": "object", "properties": {"a": {"type": "integer"},
         "ab": {"type": "integer"}}})";
-    expect_language(open,
-                    {"{}", "{\"x\":\"y\"}", "{\"a\":1,\"x\":[1]}", "{\"a\":1,\"ab\":2,\"abc\":{}}",
-                     "{\"b\":1}", "{\"\":1}", "{\"a\\n\":1}", "{\"a1\":null,\"zz\":2}"},
-                    {"{\"x\":1,\"a\":1}", "{\"a\":1,\"a\":\"s\"}", "{\"ab\":1,\"a\":2}",
-                     "{\"x\":1,\"ab\":2}"});
+    expect_language(
+        open,
+        {"{}", "{\"x\":\"y\"}", "{\"a\":1,\"x\":[1]}", "{\"a\":1,\"ab\":2,\"abc\":{}}", "{\"b\":1}",
+         "{\"\":1}", "{\"a\\n\":1}", "{\"a1\":null,\"zz\":2}"},
+        {"{\"x\":1,\"a\":1}", "{\"a\":1,\"a\":\"s\"}", "{\"ab\":1,\"a\":2}", "{\"x\":1,\"ab\":2}"});
     // A schema for the extra values.
     expect_language(R"({"properties": {"a": {}}, "additionalProperties": {"type": "string"}})",
                     {"{\"a\":1,\"b\":\"s\",\"c\":\"t\"}"}, {"{\"b\":1}"});
@@ -191,9 +215,10 @@ TEST(JsonSchemaGrammar, Arrays) {
                     {"[1,2,\"x\"]", "[1,[],{},4]"}, {"[1,2]", "[2,2,2]"});
     for (int64_t min = 0; min <= 3; ++min) {
         for (int64_t max = min; max <= 4; ++max) {
-            const Grammar g = grammar_of(json{{"items", {{"type", "integer"}}},
-                                              {"minItems", min}, {"maxItems", max}}
-                                             .dump());
+            const Grammar g = grammar_of(json{
+                {"items", {{"type", "integer"}}},
+                {"minItems", min},
+                {"maxItems", max}}.dump());
             std::string text = "[";
             for (int64_t n = 0; n <= 6; ++n) {
                 EXPECT_EQ(grammar_accepts(g, text + "]"), n >= min && n <= max)
@@ -232,10 +257,12 @@ TEST(JsonSchemaGrammar, RefsAndRecursion) {
     // Built once: a definition used twice is one rule.
     const Grammar g = grammar_of(defs);
     int link_rules = 0;
-    for (size_t r = 0; r < g.num_rules(); ++r) link_rules += g.rule_name(int32_t(r)) == "$defs.link-ref";
+    for (size_t r = 0; r < g.num_rules(); ++r)
+        link_rules += g.rule_name(int32_t(r)) == "$defs.link-ref";
     EXPECT_EQ(link_rules, 1) << g.to_string();
     EXPECT_EQ(refusal_of(R"({"$ref": "#/$defs/missing"})"), "$ref");
-    EXPECT_EQ(refusal_of(R"({"properties": {"a": {"$ref": "other.json#/x"}}})"), "properties.a.$ref");
+    EXPECT_EQ(refusal_of(R"({"properties": {"a": {"$ref": "other.json#/x"}}})"),
+              "properties.a.$ref");
 }
 
 TEST(JsonSchemaGrammar, AnyOfOneOfAllOf) {
@@ -312,13 +339,15 @@ TEST(JsonSchemaGrammar, FormatsTimeEmailUuid) {
     expect_language(R"({"format": "date-time"})",
                     {"\"2024-02-29T23:59:59Z\"", "\"1999-12-31T00:00:00.5+01:00\""},
                     {"\"2023-02-29T00:00:00Z\"", "\"2024-01-01 00:00:00Z\"", "\"2024-01-01\""});
-    expect_language(R"({"format": "email"})",
-                    {"\"a@b.co\"", "\"first.last+tag@mail.example-1.org\"", "\"x_y!#$%&'*/=?^`{|}~-@a.b\""},
-                    {"\"a@b\"", "\"@b.co\"", "\"a@.co\"", "\"a..b@c.d\"", "\".a@b.c\"",
-                     "\"a@-b.c\"", "\"a@b-.c\"", "\"a b@c.d\"", "\"a@b.c.\""});
-    expect_language(R"({"format": "uuid"})",
-                    {"\"123e4567-e89b-12d3-a456-426614174000\"", "\"ABCDEF01-2345-6789-ABCD-EF0123456789\""},
-                    {"\"123e4567e89b12d3a456426614174000\"", "\"123e4567-e89b-12d3-a456-42661417400g\""});
+    expect_language(
+        R"({"format": "email"})",
+        {"\"a@b.co\"", "\"first.last+tag@mail.example-1.org\"", "\"x_y!#$%&'*/=?^`{|}~-@a.b\""},
+        {"\"a@b\"", "\"@b.co\"", "\"a@.co\"", "\"a..b@c.d\"", "\".a@b.c\"", "\"a@-b.c\"",
+         "\"a@b-.c\"", "\"a b@c.d\"", "\"a@b.c.\""});
+    expect_language(
+        R"({"format": "uuid"})",
+        {"\"123e4567-e89b-12d3-a456-426614174000\"", "\"ABCDEF01-2345-6789-ABCD-EF0123456789\""},
+        {"\"123e4567e89b12d3a456426614174000\"", "\"123e4567-e89b-12d3-a456-42661417400g\""});
     EXPECT_EQ(refusal_of(R"({"properties": {"u": {"format": "uri"}}})"), "properties.u.format");
     EXPECT_EQ(refusal_of(R"({"format": "date", "maxLength": 10})"), "maxLength");
 }
@@ -334,8 +363,8 @@ void check_integer_range(const std::string& schema, int64_t low, int64_t high,
 }
 
 TEST(JsonSchemaGrammar, IntegerRangesExhaustively) {
-    const std::vector<int64_t> bounds = {-1000, -101, -100, -99, -10, -9, -1, 0, 1, 9, 10, 99,
-                                         100, 101, 123, 999, 1000};
+    const std::vector<int64_t> bounds = {-1000, -101, -100, -99, -10, -9,  -1,  0,   1,
+                                         9,     10,   99,   100, 101, 123, 999, 1000};
     std::vector<int64_t> values;
     for (int64_t v = -130; v <= 130; ++v) values.push_back(v);
     for (const int64_t b : bounds) {
@@ -345,10 +374,12 @@ TEST(JsonSchemaGrammar, IntegerRangesExhaustively) {
     for (const int64_t low : bounds) {
         for (const int64_t high : bounds) {
             if (low > high) continue;
-            check_integer_range(json{{"type", "integer"}, {"minimum", low}, {"maximum", high}}.dump(),
-                                low, high, values);
+            check_integer_range(
+                json{{"type", "integer"}, {"minimum", low}, {"maximum", high}}.dump(), low, high,
+                values);
         }
-        check_integer_range(json{{"type", "integer"}, {"minimum", low}}.dump(), low, INT64_MAX, values);
+        check_integer_range(json{{"type", "integer"}, {"minimum", low}}.dump(), low, INT64_MAX,
+                            values);
         check_integer_range(json{{"type", "integer"}, {"exclusiveMaximum", low}}.dump(), INT64_MIN,
                             low - 1, values);
     }
@@ -359,11 +390,12 @@ TEST(JsonSchemaGrammar, IntegerRangesExhaustively) {
 }
 
 TEST(JsonSchemaGrammar, IntegerBoundForms) {
-    check_integer_range(R"({"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 6})", 3, 5,
-                        {1, 2, 3, 5, 6, 7});
-    check_integer_range(R"({"type": "integer", "minimum": 2.5, "maximum": 6.5})", 3, 6, {2, 3, 6, 7});
-    check_integer_range(R"({"type": "integer", "exclusiveMinimum": 2.5, "exclusiveMaximum": 6.0})", 3,
-                        5, {2, 3, 5, 6});
+    check_integer_range(R"({"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 6})", 3,
+                        5, {1, 2, 3, 5, 6, 7});
+    check_integer_range(R"({"type": "integer", "minimum": 2.5, "maximum": 6.5})", 3, 6,
+                        {2, 3, 6, 7});
+    check_integer_range(R"({"type": "integer", "exclusiveMinimum": 2.5, "exclusiveMaximum": 6.0})",
+                        3, 5, {2, 3, 5, 6});
     check_integer_range(R"({"type": "integer", "minimum": 2, "exclusiveMinimum": true,
                             "maximum": 6, "exclusiveMaximum": false})",
                         3, 6, {2, 3, 6, 7});  // draft 4
@@ -405,13 +437,14 @@ TEST(JsonSchemaGrammar, RefusedKeywordsNameThemselves) {
     for (const char* keyword :
          {"multipleOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
           "dependencies", "patternProperties", "propertyNames", "maxProperties", "contains",
-          "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems",
-          "$dynamicRef", "$recursiveRef"}) {
+          "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
+          "$recursiveRef"}) {
         const json value = json::parse(R"({"type": "integer"})");
         json schema = {{"type", "object"},
                        {"properties", {{"age", {{"type", "integer"}, {keyword, value}}}}}};
         EXPECT_EQ(refusal_of(schema.dump()), std::string("properties.age.") + keyword);
-        EXPECT_EQ(refusal_of(json{{"items", {{keyword, 2}}}}.dump()), std::string("items.") + keyword);
+        EXPECT_EQ(refusal_of(json{{"items", {{keyword, 2}}}}.dump()),
+                  std::string("items.") + keyword);
     }
     EXPECT_EQ(refusal_of(R"({"uniqueItems": true})"), "uniqueItems");
     EXPECT_EQ(refusal_of(R"({"minProperties": 1})"), "minProperties");
@@ -423,8 +456,10 @@ TEST(JsonSchemaGrammar, RefusedKeywordsNameThemselves) {
     EXPECT_EQ(refusal_of(R"({"type": "strin"})"), "type");
     EXPECT_EQ(refusal_of(R"({"properties": {"a": 3}})"), "properties.a");
     EXPECT_EQ(refusal_of(R"({"maxLength": -1})"), "maxLength");
-    EXPECT_EQ(refusal_of(R"({"type": "object", "properties": {"a": {"type": "string", "maxLength": 1000000}}})"),
-              "properties.a.maxLength");
+    EXPECT_EQ(
+        refusal_of(
+            R"({"type": "object", "properties": {"a": {"type": "string", "maxLength": 1000000}}})"),
+        "properties.a.maxLength");
 }
 
 TEST(JsonSchemaGrammar, AnnotationsAreIgnored) {
@@ -455,16 +490,18 @@ TEST(JsonSchemaGrammar, LimitsOnHostileSchemas) {
 // and the grammar agree), and vary.
 TEST(JsonSchemaGrammar, SamplesAreSentences) {
     test::RandomSource random;
-    for (const char* schema :
-         {R"({"type": "object", "properties": {"a": {"type": "integer", "minimum": -3}, "b": {"format": "date"}}})",
-          "{}", R"({"type": "array", "items": {"$ref": "#"}, "maxItems": 3})"}) {
+    for (
+        const char* schema :
+        {R"({"type": "object", "properties": {"a": {"type": "integer", "minimum": -3}, "b": {"format": "date"}}})",
+         "{}", R"({"type": "array", "items": {"$ref": "#"}, "maxItems": 3})"}) {
         const Grammar g = grammar_of(schema);
         const GrammarSampler sampler(g);
         std::set<std::string> distinct;
         for (int k = 0; k < 30; ++k) {
             const std::string sentence = sampler.sample(random.engine(), 64);
             distinct.insert(sentence);
-            EXPECT_TRUE(grammar_accepts(g, sentence)) << schema << ": " << sentence << "; " << random.trace();
+            EXPECT_TRUE(grammar_accepts(g, sentence))
+                << schema << ": " << sentence << "; " << random.trace();
         }
         EXPECT_GT(distinct.size(), 5u) << schema;
     }
