@@ -205,6 +205,8 @@ int32_t JsonSchemaConverter::enum_rule(const json& schema, const std::string& pa
     for (const json& value : values) {
         if (schema.contains("const") && value != schema["const"]) continue;
         if ((value_type_bit(value) & types) == 0) continue;
+        // 1.0 is an integer from draft 6 on, not in draft 4: leave it out.
+        if (value.is_number_float() && (types & kFractionType) == 0) continue;
         std::string text;
         try {
             text = value.dump();

@@ -6,7 +6,7 @@
 // or a schema), enum, const, anyOf, oneOf, allOf, items / prefixItems (and
 // the older items-as-a-list with additionalItems), minItems / maxItems,
 // minLength / maxLength, pattern (regex_grammar.h), format (date, time,
-// date-time, email, uuid), minimum / maximum / exclusiveMinimum /
+// date-time, email, uuid, uri), minimum / maximum / exclusiveMinimum /
 // exclusiveMaximum for integers (draft 4's boolean exclusives too), $ref to
 // any "#/..." pointer ("#", "#/$defs/x", "#/definitions/x"; recursion
 // included, one rule per definition, built once). Annotations (title,

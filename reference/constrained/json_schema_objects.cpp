@@ -47,7 +47,8 @@ std::vector<std::string> required_names(const json& schema, const std::string& p
         if (!name.is_string()) {
             throw_schema_error(child_path(path, "required"), "must hold property names");
         }
-        names.push_back(name.get<std::string>());
+        const std::string text = name.get<std::string>();
+        if (std::find(names.begin(), names.end(), text) == names.end()) names.push_back(text);
     }
     return names;
 }

@@ -292,6 +292,7 @@ int32_t JsonSchemaConverter::string_rule(const json& schema, const std::string& 
 
 int32_t JsonSchemaConverter::key_other_than_rule(const std::vector<std::string>& names,
                                                  const std::string& path) {
+    if (names.empty()) return any_string();
     NameTrie trie;
     for (const std::string& name : names) trie.insert(name);
     any_string();

@@ -9,8 +9,8 @@ schemas from SchemaStore) and ~100 random schemas drawn by a seeded
 generator over the supported keywords, `servelab grammar --json-schema -
 --sample 30` draws random sentences, and each must parse with json.loads
 and validate with jsonschema (formats checked too: date, time, date-time,
-email, uuid, the time ones by a checker here, as jsonschema skips them
-without the rfc3339-validator package).
+email, uuid, uri; the time ones and uri by checkers here, as jsonschema
+skips them without the rfc3339-validator and rfc3987 packages).
 
 The other direction, for a few schemas: valid samples made invalid (a
 required property dropped, a value of the wrong type, a bound crossed)
@@ -79,6 +79,22 @@ def is_email(instance):
     return not isinstance(instance, str) or WHATWG_EMAIL.fullmatch(instance) is not None
 
 
+# RFC 3986's URI (all of it but IP literals), for format "uri": jsonschema
+# checks it only with the rfc3987 package.
+_UNRESERVED, _PCT, _SUB = r"[A-Za-z0-9\-._~]", r"%[0-9A-Fa-f]{2}", r"[!$&'()*+,;=]"
+_PCHAR = f"(?:{_UNRESERVED}|{_PCT}|{_SUB}|[:@])"
+_AUTHORITY = (f"(?:(?:{_UNRESERVED}|{_PCT}|{_SUB}|:)*@)?(?:{_UNRESERVED}|{_PCT}|{_SUB})*"
+              r"(?::[0-9]*)?")
+_HIER = (f"//{_AUTHORITY}(?:/{_PCHAR}*)*|/(?:{_PCHAR}+(?:/{_PCHAR}*)*)?|{_PCHAR}+(?:/{_PCHAR}*)*|")
+RFC3986_URI = re.compile(f"[A-Za-z][A-Za-z0-9+\\-.]*:(?:{_HIER})(?:\\?(?:{_PCHAR}|[/?])*)?"
+                         f"(?:#(?:{_PCHAR}|[/?])*)?")
+
+
+@FORMATS.checks("uri")
+def is_uri(instance):
+    return not isinstance(instance, str) or RFC3986_URI.fullmatch(instance) is not None
+
+
 def validation_error(schema, instance):
     """None if `instance` validates, else jsonschema's message."""
     cls = jsonschema.validators.validator_for(schema)
@@ -143,7 +159,7 @@ NAMES = ["id", "name", "name2", "a", "ab", "é", "q\"uote", "tags", "count", "x-
 STRINGS = ["", "red", "é😀", "say \"hi\"", "back\\slash", "tab\there", "line\nbreak"]
 PATTERNS = ["^[a-z]+$", "^\\d{3}-\\d{2}$", "ab", "^x", "y$", "^(foo|bar)[0-9]?$",
             "^[A-Z][a-z]*( [A-Z][a-z]*)*$", "^[^@]+@[^@]+$"]
-FORMAT_NAMES = ["date", "time", "date-time", "email", "uuid"]
+FORMAT_NAMES = ["date", "time", "date-time", "email", "uuid", "uri"]
 
 
 def random_value(rng, depth=0):

@@ -154,7 +154,9 @@ TEST(JsonSchemaGrammar, Enum) {
         {"\"blue\"", "2", "[1, \"x\"]", "{\"a\":\"é\",\"b\":1}", "red"});
     expect_language(R"({"const": "fixed"})", {"\"fixed\""}, {"\"other\""});
     expect_language(R"({"type": "string", "enum": ["a", 1, "b"]})", {"\"a\"", "\"b\""}, {"1"});
-    expect_language(R"({"type": "integer", "enum": [1.0, 1.5, 2]})", {"1.0", "2"}, {"1.5"});
+    expect_language(R"({"type": "integer", "enum": [1.0, 1.5, 2]})", {"2"}, {"1.5", "1.0"});
+    expect_language(R"({"type": "number", "enum": [1.0, 1.5, 2]})", {"1.0", "1.5", "2"}, {});
+    expect_language(R"({"type": "object", "required": ["a", "a"]})", {"{\"a\":1}"}, {"{\"a\":1,\"a\":2}"});
     EXPECT_EQ(refusal_of(R"({"enum": []})"), "");  // validates nothing
     EXPECT_EQ(refusal_of(R"({"enum": ["a"], "maxLength": 3})"), "maxLength");
 }
@@ -348,7 +350,12 @@ TEST(JsonSchemaGrammar, FormatsTimeEmailUuid) {
         R"({"format": "uuid"})",
         {"\"123e4567-e89b-12d3-a456-426614174000\"", "\"ABCDEF01-2345-6789-ABCD-EF0123456789\""},
         {"\"123e4567e89b12d3a456426614174000\"", "\"123e4567-e89b-12d3-a456-42661417400g\""});
-    EXPECT_EQ(refusal_of(R"({"properties": {"u": {"format": "uri"}}})"), "properties.u.format");
+    expect_language(R"({"format": "uri"})",
+                    {"\"https://example.com\"", "\"http://a.b:8080/x/y%20z?q=1&r=a/b?#frag:@\"",
+                     "\"git+ssh://host.example/~user/repo.git\"", "\"s://h/\""},
+                    {"\"example.com\"", "\"https:/x\"", "\"https://\"", "\"1http://a\"",
+                     "\"http://a b\"", "\"http://a/%2\"", "\"http://a/#x#y\"", "\"http://a/[x]\""});
+    EXPECT_EQ(refusal_of(R"({"properties": {"u": {"format": "hostname"}}})"), "properties.u.format");
     EXPECT_EQ(refusal_of(R"({"format": "date", "maxLength": 10})"), "maxLength");
 }
 
