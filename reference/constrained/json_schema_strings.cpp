@@ -11,7 +11,9 @@
 // being one.
 //
 // pattern is a regex search (JSON Schema does not anchor it): "^...$" must
-// match the whole string, "abc" anywhere in it. The regex grammar
+// match the whole string, "abc" anywhere in it. JSON Schema reads regexes
+// as ECMA-262 does, Python's validators as `re` does (Unicode \d \w \s);
+// the grammar keeps to what both accept (portable_regex). The regex grammar
 // (regex_grammar.h) matches characters as raw UTF-8, so a patterned string
 // is written without escapes: the characters that would need one (" \ and
 // controls) are cut from the pattern's grammar.
@@ -98,6 +100,51 @@ bool has_top_level_bar(std::string_view pattern) {
     return false;
 }
 
+// The pattern with the constructs whose meaning differs between ECMA-262
+// (JSON Schema's regex dialect) and Python's Unicode `re` (what validators
+// such as jsonschema run) made safe for both: `.` outside a class becomes
+// "any character but a line terminator" (ECMA also stops at \r, U+2028,
+// U+2029), \S "no space of either" (Python's and ECMA's spaces listed).
+// Throws for \D and \W, and for \d \w \s in a negated class: their
+// Unicode sets (660 digits, most of Unicode's letters) are not spelled out,
+// and regex_grammar's ASCII reading would allow characters Python rejects.
+std::string portable_regex(std::string_view pattern, const std::string& path) {
+    constexpr const char* kAnyButLineEnd = "[^\\n\\r\\u2028\\u2029]";
+    constexpr const char* kNotSpace =
+        "[^\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029"
+        "\\u202f\\u205f\\u3000\\ufeff]";
+    std::string out;
+    bool in_class = false;
+    bool negated_class = false;
+    for (size_t i = 0; i < pattern.size(); ++i) {
+        const char c = pattern[i];
+        if (c == '\\' && i + 1 < pattern.size()) {
+            const char e = pattern[++i];
+            const bool unicode_class = e == 'D' || e == 'W' || (e == 'S' && in_class) ||
+                                       (negated_class && (e == 'd' || e == 'w' || e == 's'));
+            if (unicode_class) {
+                throw_schema_error(path, fmt::format("pattern: \\{}{} matches other characters in "
+                                                     "Python than in ECMA-262; write the class out",
+                                                     e, negated_class ? " in [^...]" : ""));
+            }
+            out += e == 'S' ? std::string(kNotSpace) : std::string{'\\', e};
+            continue;
+        }
+        if (!in_class && c == '[') {
+            in_class = true;
+            negated_class = i + 1 < pattern.size() && pattern[i + 1] == '^';
+            out += c;
+            if (negated_class) out += pattern[++i];
+            if (i + 1 < pattern.size() && pattern[i + 1] == ']')
+                out += pattern[++i];  // a literal ]
+            continue;
+        }
+        if (in_class && c == ']') in_class = negated_class = false;
+        out += (!in_class && c == '.') ? std::string(kAnyButLineEnd) : std::string(1, c);
+    }
+    return out;
+}
+
 std::string whole_string_regex(std::string pattern) {
     const bool anchored_start = !pattern.empty() && pattern.front() == '^';
     size_t backslashes = 0;
@@ -169,7 +216,8 @@ int32_t pattern_rule(JsonSchemaConverter& converter, const json& pattern, const 
     if (!pattern.is_string()) throw_schema_error(path, "must be a string");
     Grammar grammar;
     try {
-        grammar = regex_grammar(whole_string_regex(pattern.get<std::string>()));
+        grammar =
+            regex_grammar(whole_string_regex(portable_regex(pattern.get<std::string>(), path)));
     } catch (const GrammarError& e) {
         throw_schema_error(path, fmt::format("pattern {}: {}", pattern.dump(), e.what()));
     }

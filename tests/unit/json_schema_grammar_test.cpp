@@ -142,6 +142,17 @@ TEST(JsonSchemaGrammar, PatternSearchesUnlessAnchored) {
     // A pattern whose strings all need an escape validates nothing here.
     EXPECT_EQ(refusal_of(R"({"pattern": "^\"$"})"), "");
     expect_language(R"({"properties": {"q": {"pattern": "^\"$"}}})", {"{}"}, {"{\"q\":\"\\\"\"}"});
+    // What both ECMA-262 and Python's Unicode re accept: . stops at U+2028,
+    // \\S at every space either knows; \\W, \\D, and \\d in [^...] are refused.
+    expect_language(R"({"pattern": "^\\S+$"})", {"\"ab\"", "\"é\""},
+                    {"\"a b\"", "\"a\u00a0b\"", "\"a\u3000b\"", "\"a\ufeffb\""});
+    expect_language(R"({"pattern": "^.$"})", {"\"x\"", "\"😀\""}, {"\"\u2028\"", "\"\u2029\""});
+    expect_language(R"({"pattern": "^[.]$"})", {"\".\""}, {"\"x\""});
+    EXPECT_EQ(refusal_of(R"({"pattern": "\\W"})"), "pattern");
+    EXPECT_EQ(refusal_of(R"({"pattern": "^\\D$"})"), "pattern");
+    EXPECT_EQ(refusal_of(R"({"pattern": "[^\\d]"})"), "pattern");
+    EXPECT_EQ(refusal_of(R"({"pattern": "[\\S]"})"), "pattern");
+    EXPECT_EQ(refusal_of(R"({"pattern": "^[\\d\\s]+$"})"), "no error");
     EXPECT_EQ(refusal_of(R"({"pattern": "^a|b$"})"), "pattern");
     EXPECT_EQ(refusal_of(R"x({"pattern": "(?=a)"})x"), "pattern");
     EXPECT_EQ(refusal_of(R"({"pattern": "a", "maxLength": 3})"), "maxLength");
@@ -156,7 +167,8 @@ TEST(JsonSchemaGrammar, Enum) {
     expect_language(R"({"type": "string", "enum": ["a", 1, "b"]})", {"\"a\"", "\"b\""}, {"1"});
     expect_language(R"({"type": "integer", "enum": [1.0, 1.5, 2]})", {"2"}, {"1.5", "1.0"});
     expect_language(R"({"type": "number", "enum": [1.0, 1.5, 2]})", {"1.0", "1.5", "2"}, {});
-    expect_language(R"({"type": "object", "required": ["a", "a"]})", {"{\"a\":1}"}, {"{\"a\":1,\"a\":2}"});
+    expect_language(R"({"type": "object", "required": ["a", "a"]})", {"{\"a\":1}"},
+                    {"{\"a\":1,\"a\":2}"});
     EXPECT_EQ(refusal_of(R"({"enum": []})"), "");  // validates nothing
     EXPECT_EQ(refusal_of(R"({"enum": ["a"], "maxLength": 3})"), "maxLength");
 }
@@ -355,7 +367,8 @@ TEST(JsonSchemaGrammar, FormatsTimeEmailUuid) {
                      "\"git+ssh://host.example/~user/repo.git\"", "\"s://h/\""},
                     {"\"example.com\"", "\"https:/x\"", "\"https://\"", "\"1http://a\"",
                      "\"http://a b\"", "\"http://a/%2\"", "\"http://a/#x#y\"", "\"http://a/[x]\""});
-    EXPECT_EQ(refusal_of(R"({"properties": {"u": {"format": "hostname"}}})"), "properties.u.format");
+    EXPECT_EQ(refusal_of(R"({"properties": {"u": {"format": "hostname"}}})"),
+              "properties.u.format");
     EXPECT_EQ(refusal_of(R"({"format": "date", "maxLength": 10})"), "maxLength");
 }
 
