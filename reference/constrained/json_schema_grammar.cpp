@@ -296,7 +296,13 @@ int32_t add_json_schema_rule(GrammarBuilder& builder, const json& schema, const 
     // Declared first, so that it gets `hint` itself as its name.
     const int32_t rule = builder.fresh_rule(hint);
     JsonSchemaConverter converter(builder, schema);
-    const int32_t value = converter.value_rule(schema, "");
+    int32_t value = kNoValue;
+    try {
+        value = converter.value_rule(schema, "");
+    } catch (const nlohmann::ordered_json::exception& e) {
+        // A keyword of the wrong JSON type that no check above caught.
+        throw SchemaError(fmt::format("JSON schema: malformed ({})", e.what()), "");
+    }
     if (value == kNoValue) throw_schema_error("", "the schema validates no JSON value");
     builder.add_alternative(rule, ref(value));
     return rule;

@@ -498,12 +498,108 @@ TEST(JsonSchemaGrammar, LimitsOnHostileSchemas) {
     for (int k = 0; k < 5000; ++k) big_enum.push_back(k);
     EXPECT_EQ(refusal_of(json{{"enum", big_enum}}.dump()), "enum");
     EXPECT_EQ(refusal_of(R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})"), "");
+    // Webs of $ref that fan out: bounded work, refused.
+    json fan = {{"$defs", json::object()}};
+    for (int level = 0; level < 30; ++level) {
+        const std::string next = "#/$defs/d" + std::to_string(level + 1);
+        fan["$defs"]["d" + std::to_string(level)] =
+            level == 29 ? json{{"type", "integer"}}
+                        : json{{"allOf", {{{"$ref", next}}, {{"$ref", next}}, {{"$ref", next}}}}};
+    }
+    fan["allOf"] = {{{"$ref", "#/$defs/d0"}}, {{"minimum", 1}}};
+    EXPECT_EQ(refusal_of(fan.dump()).rfind("allOf", 0), 0u) << refusal_of(fan.dump());
+    fan["oneOf"] = {{{"$ref", "#/$defs/d0"}}, {{"type", "string"}}};
+    fan.erase("allOf");
+    for (int level = 0; level < 29; ++level) {
+        const std::string next = "#/$defs/d" + std::to_string(level + 1);
+        fan["$defs"]["d" + std::to_string(level)] =
+            json{{"anyOf", {{{"$ref", next}}, {{"$ref", next}}, {{"$ref", next}}}}};
+    }
+    EXPECT_EQ(refusal_of(fan.dump()), "oneOf");
     // Many long strings: each costs rules; the total is bounded.
     json wide = {{"type", "object"}, {"properties", json::object()}};
     for (int k = 0; k < 30; ++k) {
         wide["properties"]["p" + std::to_string(k)] = {{"type", "string"}, {"maxLength", 9000}};
     }
     EXPECT_NE(refusal_of(wide.dump()), "no error");
+}
+
+// A random JSON value built from schema keywords, each given a value of a
+// random JSON type: most are malformed schemas.
+json random_schema_like(test::RandomSource& random, int depth) {
+    static const char* kKeywords[] = {"type",
+                                      "properties",
+                                      "required",
+                                      "additionalProperties",
+                                      "items",
+                                      "prefixItems",
+                                      "enum",
+                                      "const",
+                                      "anyOf",
+                                      "oneOf",
+                                      "allOf",
+                                      "$ref",
+                                      "minLength",
+                                      "maxLength",
+                                      "pattern",
+                                      "format",
+                                      "minimum",
+                                      "maximum",
+                                      "exclusiveMinimum",
+                                      "minItems",
+                                      "maxItems",
+                                      "additionalItems",
+                                      "$defs",
+                                      "title"};
+    static const json kLeaves[] = {json(nullptr),
+                                   json(true),
+                                   json(false),
+                                   json(-1),
+                                   json(3),
+                                   json(2.5),
+                                   json("string"),
+                                   json("#"),
+                                   json("#/$defs/a"),
+                                   json("^a+$"),
+                                   json("date"),
+                                   json(json::array()),
+                                   json(json::object()),
+                                   json({"a", 1}),
+                                   json("integer")};
+    if (depth >= 3 || random.integer(0, 3) == 0) {
+        return kLeaves[size_t(random.integer(0, int64_t(std::size(kLeaves)) - 1))];
+    }
+    if (random.integer(0, 4) == 0) {
+        json list = json::array();
+        for (int64_t k = random.integer(0, 3); k > 0; --k)
+            list.push_back(random_schema_like(random, depth + 1));
+        return list;
+    }
+    json object = json::object();
+    for (int64_t k = random.integer(0, 4); k > 0; --k) {
+        const std::string keyword =
+            kKeywords[size_t(random.integer(0, int64_t(std::size(kKeywords)) - 1))];
+        object[keyword] = random_schema_like(random, depth + 1);
+    }
+    return object;
+}
+
+TEST(JsonSchemaGrammar, MalformedSchemasAreRefusedNeverCrash) {
+    test::RandomSource random;
+    int refused = 0;
+    for (int round = 0; round < 3000; ++round) {
+        const json schema = random_schema_like(random, 0);
+        try {
+            json_schema_grammar(schema);
+        } catch (const SchemaError& e) {
+            ++refused;
+            EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+        } catch (const std::exception& e) {
+            ADD_FAILURE() << schema.dump() << " threw a non-SchemaError: " << e.what() << "; "
+                          << random.trace();
+        }
+    }
+    EXPECT_GT(refused, 100);
 }
 
 // Samples of a few schemas are sentences the oracle accepts (the sampler
