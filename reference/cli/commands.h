@@ -39,5 +39,6 @@ void add_kv_sim(CLI::App& app);                // KV memory waste: static vs pag
 void add_replay(CLI::App& app);                // a trace through the engine (Lab 4)
 void add_serve(CLI::App& app);                 // OpenAI-compatible HTTP server (chapter 11.7)
 void add_route(CLI::App& app);                 // a router over `serve` replicas (chapter 11.7)
+void add_grammar(CLI::App& app);  // a constraint as a grammar: print/sample/check (Lab 12)
 
 }  // namespace servelab::cli

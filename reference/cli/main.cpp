@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
     servelab::cli::add_replay(app);
     servelab::cli::add_serve(app);
     servelab::cli::add_route(app);
+    servelab::cli::add_grammar(app);
 
     try {
         app.parse(argc, argv);

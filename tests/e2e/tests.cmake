@@ -18,6 +18,8 @@
 #   quant_llamacpp_agreement    Lab 10: perplexity and greedy text of SmolLM2 and of an
 #                               RTN file `servelab quantize` writes, against llama.cpp's
 #                               (goldens); ..._calibrated: the AWQ and GPTQ files ("slow")
+#   json_schema_grammar_jsonschema  Lab 12: JSON schema grammars' random sentences against
+#                               Python's json and jsonschema; --check against mutations
 
 set(SERVELAB_E2E_SCRIPT ${CMAKE_SOURCE_DIR}/tests/e2e/test_numpy_oracle.py)
 set(SERVELAB_E2E_MODEL ${CMAKE_SOURCE_DIR}/data/models/SmolLM2-135M-Instruct.Q4_1.gguf)
@@ -129,6 +131,18 @@ if(servelab_e2e_ready)
     LABELS "e2e" TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
   set_tests_properties(quant_llamacpp_agreement_calibrated PROPERTIES
     LABELS "e2e;slow" TIMEOUT 1200 SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
+endif()
+
+# Lab 12: every random sentence of a JSON schema's grammar must parse with
+# json.loads and validate with jsonschema (tools/setup/requirements.txt):
+# the schemas of data/schemas/ (SchemaStore, tools/goldens/fetch_schemas.py)
+# and 100 random ones; and `servelab grammar --check` must reject samples
+# made invalid. No model; about 20 s.
+if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
+  add_test(NAME json_schema_grammar_jsonschema
+    COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_json_schema_grammar.py
+            --servelab $<TARGET_FILE:servelab>)
+  set_tests_properties(json_schema_grammar_jsonschema PROPERTIES LABELS "e2e" TIMEOUT 180)
 endif()
 
 # Lab 4's request traces (data/traces/) must match their generator.

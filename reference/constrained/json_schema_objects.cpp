@@ -1,0 +1,217 @@
+// json_schema_objects.cpp — JSON Schema's objects and arrays as grammar rules.
+//
+// Lab 12 (chapter 11.6, constrained decoding): the exercise. The other
+// kinds of value (strings, numbers, any value, $ref, anyOf, ...) come from
+// JsonSchemaConverter (json_schema_converter.h); these two functions say how
+// they are put together.
+//
+// An object writes its properties in the schema's order: each required one
+// always, each optional one or nothing, then, unless additionalProperties is
+// false, any number of extra properties with names the schema does not list.
+// The grammar fixes that order (JSON objects are unordered, but a grammar
+// that allowed every order of n properties would need 2^n rules). The only
+// hard part is the commas: a member is preceded by one unless it is the
+// first written, and with optional members the first written is not known
+// in advance. So each position gets two rules: what may come once something
+// has been written (every member starts with ","), and what may come while
+// nothing has.
+//
+// An array is its prefix items in order (prefixItems, or items given as a
+// list before draft 2020-12), then any number of elements of the schema in
+// items (additionalItems in the older drafts), between minItems and
+// maxItems elements in all.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "reference/constrained/json_schema_converter.h"
+
+namespace servelab {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+struct ObjectMember {
+    std::string name;
+    int32_t value = kNoValue;  // the rule of its value
+    bool required = false;
+};
+
+std::vector<std::string> required_names(const json& schema, const std::string& path) {
+    std::vector<std::string> names;
+    if (!schema.contains("required")) return names;
+    const json& required = schema["required"];
+    if (!required.is_array()) throw_schema_error(child_path(path, "required"), "must be an array");
+    for (const json& name : required) {
+        if (!name.is_string()) {
+            throw_schema_error(child_path(path, "required"), "must hold property names");
+        }
+        const std::string text = name.get<std::string>();
+        if (std::find(names.begin(), names.end(), text) == names.end()) names.push_back(text);
+    }
+    return names;
+}
+
+// The members in schema order: the listed properties, then the names that
+// `required` lists and `properties` does not (their value: extra_value).
+// An optional member whose value validates nothing is left out (it must be
+// absent); when a required one validates nothing, so does the object.
+std::optional<std::vector<ObjectMember>> object_members(JsonSchemaConverter& converter,
+                                                        const json& schema, int32_t extra_value,
+                                                        const std::string& path) {
+    const json properties = schema.value("properties", json::object());
+    if (!properties.is_object()) {
+        throw_schema_error(child_path(path, "properties"), "must be an object");
+    }
+    const std::vector<std::string> required = required_names(schema, path);
+    const auto is_required = [&](const std::string& name) {
+        return std::find(required.begin(), required.end(), name) != required.end();
+    };
+    std::vector<ObjectMember> members;
+    for (const auto& [name, property] : properties.items()) {
+        const std::string property_path = child_path(child_path(path, "properties"), name);
+        const ObjectMember member{name, converter.value_rule(property, property_path),
+                                  is_required(name)};
+        if (member.value == kNoValue && member.required) return std::nullopt;
+        if (member.value != kNoValue) members.push_back(member);
+    }
+    for (const std::string& name : required) {
+        if (properties.contains(name)) continue;
+        if (extra_value == kNoValue) return std::nullopt;
+        members.push_back({name, extra_value, true});
+    }
+    return members;
+}
+
+// `"name" ws ":" ws value ws`, the key spelled as nlohmann dumps it.
+GrammarSymbols member_symbols(JsonSchemaConverter& converter, const GrammarSymbols& key,
+                              int32_t value) {
+    const int32_t ws = converter.whitespace();
+    return key + ref(ws) + lit(":") + ref(ws) + ref(value) + ref(ws);
+}
+
+// The extra properties, after the listed ones: (first, after) rules, as in
+// object_rule; both match "" when additionalProperties is false.
+std::pair<int32_t, int32_t> extra_member_rules(JsonSchemaConverter& converter, const json& schema,
+                                               const std::vector<ObjectMember>& members,
+                                               int32_t extra_value, const std::string& path) {
+    if (extra_value == kNoValue) {
+        const int32_t end = converter.new_rule(path, "end", {{}});
+        return {end, end};
+    }
+    std::vector<std::string> names;
+    for (const ObjectMember& member : members) names.push_back(member.name);
+    const json properties = schema.value("properties", json::object());
+    for (const auto& [name, property] : properties.items()) {
+        names.push_back(name);  // listed with the schema false: absent, and not extra either
+    }
+    const std::string extra_path = child_path(path, "additionalProperties");
+    const GrammarSymbols extra = member_symbols(
+        converter, ref(converter.key_other_than_rule(names, extra_path)), extra_value);
+    const int32_t after =
+        converter.builder().fresh_rule(JsonSchemaConverter::rule_name(path, "extra-after"));
+    converter.builder().add_alternative(after, {});
+    converter.builder().add_alternative(
+        after, lit(",") + ref(converter.whitespace()) + extra + ref(after));
+    const int32_t first = converter.new_rule(path, "extra-first", {{}, extra + ref(after)});
+    return {first, after};
+}
+
+// What an array's elements are: the rules of the first few, and of every
+// one after them (kNoValue: there are none after them).
+struct ArrayItems {
+    std::vector<int32_t> prefix;
+    int32_t rest = kNoValue;
+};
+
+ArrayItems array_items(JsonSchemaConverter& converter, const json& schema,
+                       const std::string& path) {
+    const bool list_items = schema.contains("items") && schema["items"].is_array();
+    const char* prefix_keyword = list_items ? "items" : "prefixItems";
+    const char* rest_keyword = list_items ? "additionalItems" : "items";
+    ArrayItems items;
+    if (schema.contains(prefix_keyword)) {
+        const json& prefix = schema[prefix_keyword];
+        const std::string prefix_path = child_path(path, prefix_keyword);
+        if (!prefix.is_array()) throw_schema_error(prefix_path, "must be an array of schemas");
+        for (size_t i = 0; i < prefix.size(); ++i) {
+            items.prefix.push_back(
+                converter.value_rule(prefix[i], child_path(prefix_path, std::to_string(i))));
+        }
+    }
+    items.rest = converter.value_rule(schema.value(rest_keyword, json(true)),
+                                      child_path(path, rest_keyword));
+    return items;
+}
+
+}  // namespace
+
+int32_t JsonSchemaConverter::object_rule(const json& schema, const std::string& path) {
+    const int32_t extra_value = value_rule(schema.value("additionalProperties", json(true)),
+                                           child_path(path, "additionalProperties"));
+    const std::optional<std::vector<ObjectMember>> members =
+        object_members(*this, schema, extra_value, path);
+    if (!members) return kNoValue;
+    // Built from the last member back. after: what may follow once a member
+    // has been written (each member then starts with ","); first: what may
+    // come while none has.
+    auto [first, after] = extra_member_rules(*this, schema, *members, extra_value, path);
+    const int32_t ws = whitespace();
+    for (size_t i = members->size(); i-- > 0;) {
+        const ObjectMember& m = (*members)[i];
+        const GrammarSymbols member =
+            member_symbols(*this, lit(json_string_literal(m.name, path)), m.value);
+        std::vector<GrammarSymbols> after_alternatives = {lit(",") + ref(ws) + member + ref(after)};
+        std::vector<GrammarSymbols> first_alternatives = {member + ref(after)};
+        if (!m.required) {
+            after_alternatives.push_back(ref(after));
+            first_alternatives.push_back(ref(first));
+        }
+        after = new_rule(path, m.name + "-after", after_alternatives);
+        first = new_rule(path, m.name + "-first", first_alternatives);
+    }
+    return new_rule(path, "object", {lit("{") + ref(ws) + ref(first) + lit("}")});
+}
+
+int32_t JsonSchemaConverter::array_rule(const json& schema, const std::string& path) {
+    const ArrayItems items = array_items(*this, schema, path);
+    const int64_t min_items = count_keyword(schema, "minItems", path).value_or(0);
+    // At most this many elements: maxItems, and no element of a schema that
+    // validates nothing (a prefix item, or all after the prefix).
+    std::optional<int64_t> limit = count_keyword(schema, "maxItems", path);
+    const auto cap = [&](int64_t n) { limit = std::min(limit.value_or(n), n); };
+    for (size_t k = 0; k < items.prefix.size(); ++k) {
+        if (items.prefix[k] == kNoValue) cap(int64_t(k));
+    }
+    if (items.rest == kNoValue) cap(int64_t(items.prefix.size()));
+    if (limit && min_items > *limit) return kNoValue;
+    const auto element = [&](int64_t k) {
+        return size_t(k) < items.prefix.size() ? items.prefix[size_t(k)] : items.rest;
+    };
+    const int32_t ws = whitespace();
+    // after(k): what follows once k elements are written. From k_last on
+    // nothing changes: it ends there, or (no maxItems) loops on itself.
+    const int64_t k_last = limit ? std::max<int64_t>(*limit, 1)
+                                 : std::max<int64_t>({int64_t(items.prefix.size()), min_items, 1});
+    int32_t after = new_rule(path, fmt::format("after-{}", k_last), {{}});
+    if (!limit) {
+        builder_.add_alternative(after,
+                                 lit(",") + ref(ws) + ref(items.rest) + ref(ws) + ref(after));
+    }
+    for (int64_t k = k_last - 1; k >= 1; --k) {
+        std::vector<GrammarSymbols> alternatives;
+        if (k >= min_items) alternatives.push_back({});
+        alternatives.push_back(lit(",") + ref(ws) + ref(element(k)) + ref(ws) + ref(after));
+        after = new_rule(path, fmt::format("after-{}", k), alternatives);
+    }
+    std::vector<GrammarSymbols> alternatives;
+    if (min_items == 0) alternatives.push_back(lit("[") + ref(ws) + lit("]"));
+    if (limit.value_or(1) >= 1) {
+        alternatives.push_back(lit("[") + ref(ws) + ref(element(0)) + ref(ws) + ref(after) +
+                               lit("]"));
+    }
+    return new_rule(path, "array", alternatives);
+}
+
+}  // namespace servelab
