@@ -472,10 +472,6 @@ TEST_F(CudaSampling, DrawsFollowTheFilteredDistribution) {
     EXPECT_LT(total_variation, 0.04) << kept.size() << " kept tokens";
 }
 
-}  // namespace
-}  // namespace servelab
-#endif
-
 // Constrained decoding (Lab 12): a grammar mask leaves only its tokens. Greedy
 // picks the best allowed token (the CPU Sampler's choice under the same
 // mask), and a draw at any uniform, through every filter, is an allowed token.
@@ -485,7 +481,7 @@ TEST_F(CudaSampling, AGrammarMaskLeavesOnlyItsTokens) {
         Batch batch;
         batch.vocab = vocab;
         batch.logits = logits_row(vocab, 3.0f, /*with_ties=*/false);
-        TokenBitmask mask(int32_t(vocab));
+        TokenBitmask mask{int32_t(vocab)};
         for (int64_t t = 0; t < vocab; ++t) {
             if (random_.engine()() % 3 == 0) mask.set(TokenId(t));
         }
@@ -514,3 +510,7 @@ TEST_F(CudaSampling, AGrammarMaskLeavesOnlyItsTokens) {
         }
     }
 }
+
+}  // namespace
+}  // namespace servelab
+#endif

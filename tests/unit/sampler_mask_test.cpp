@@ -38,15 +38,16 @@ TEST(SamplerMask, GreedyPicksTheBestAllowedTokenWhateverTheBias) {
         SamplingParams params;
         // A forbidden token with the largest bias and a penalty that would
         // otherwise make it the argmax: the mask still wins.
+        std::vector<TokenId> history;  // the forbidden tokens: only they are boosted
         for (TokenId t = 0; t < vocab; ++t) {
             if (!mask.test(t)) {
-                params.logit_bias.push_back({t, 100.0f});
-                break;
+                if (history.empty()) params.logit_bias.push_back({t, 100.0f});
+                history.push_back(t);
             }
         }
         params.repetition_penalty = 0.5f;  // < 1 boosts the tokens in the history
+        params.repetition_window = 0;
         std::vector<float> row = logits;
-        const std::vector<TokenId> history = {0, 1};
         EXPECT_EQ(Sampler(params).sample(row, history, nullptr, &mask), best)
             << "greedy under a mask must pick the best allowed token (the mask comes before "
                "the bias and the penalty)";

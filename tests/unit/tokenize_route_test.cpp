@@ -104,7 +104,9 @@ TEST_F(TokenizeRouteTest, AConversationsTokensDetokenizeToItsRenderedPrompt) {
         nlohmann::json answer;
         ASSERT_FALSE(detokenize_answer(nlohmann::json{{"model", "tiny"}, {"tokens", tokens}}.dump(),
                                        routes_, answer));
-        EXPECT_EQ(answer["prompt"], route.builder.render_chat(messages, open_turn))
+        ChatTemplateOptions options;
+        options.add_generation_prompt = open_turn;
+        EXPECT_EQ(answer["prompt"], route.builder.render_chat(messages, options))
             << "add_generation_prompt " << open_turn;
     }
     const size_t open = tokenize({{"model", "tiny"}, {"messages", json_messages}})["count"];
