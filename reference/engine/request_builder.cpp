@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "reference/chat/tool_call_grammar.h"
+#include "reference/chat/tools_in_prompt.h"
 #include "reference/constrained/json_schema_grammar.h"
 
 namespace servelab {
@@ -20,11 +21,21 @@ RequestBuilder::RequestBuilder(const Model& model, RequestBuilderOptions options
         tool_call_format_ =
             detect_tool_call_format(model.file.get_string("tokenizer.chat_template", ""));
     }
+    // A template with no place for tools: they go into the system message,
+    // and calls are written (and read) in the Hermes format (tools_in_prompt.h).
+    if (tool_call_format_ == ToolCallFormat::kNone) {
+        tools_in_prompt_ = true;
+        tool_call_format_ = ToolCallFormat::kHermes;
+    }
 }
 
 std::string RequestBuilder::render_chat(std::span<const ChatMessage> messages,
                                         const ChatTemplateOptions& options,
                                         const ToolRequest& tools) const {
+    if (tools_in_prompt_ && (tools.has_tools() || has_tool_turns(messages))) {
+        const std::vector<ChatMessage> plain = with_tools_in_prompt(messages, tools.tools);
+        return render_chat(plain, options, {});
+    }
     try {
         if (!chat_template_) {
             // Said once, and only to a front end that renders a conversation.
@@ -78,12 +89,6 @@ std::vector<TokenId> RequestBuilder::prompt_of(const RequestSpec& spec) const {
 
 EngineRequest RequestBuilder::build(const RequestSpec& spec) const {
     EngineRequest request;
-    if (spec.tools.has_tools() && tool_call_format_ == ToolCallFormat::kNone) {
-        throw RequestError(
-            "the model's chat template does not support tool calling (it shows no tool-call "
-            "format servelab reads: hermes <tool_call>, llama3_json or mistral [TOOL_CALLS])",
-            "tools");
-    }
     request.tools = spec.tools;
     request.tools.format = tool_call_format_;
     request.prompt = prompt_of(spec);

@@ -125,8 +125,11 @@ class RequestBuilder {
                             const ToolRequest& tools = {}) const;
     // Whether chat prompts use the model's own template (else ChatML).
     bool uses_model_template() const { return chat_template_.has_value(); }
-    // The tool-call format the model's template shows (kNone: tools are refused).
+    // The tool-call format calls are written in: the one the model's
+    // template shows, or Hermes's when it shows none (the tools are then
+    // described in the system message: tools_in_prompt()).
     ToolCallFormat tool_call_format() const { return tool_call_format_; }
+    bool tools_in_prompt() const { return tools_in_prompt_; }
     // The longest request it builds, prompt and output together.
     int64_t context_length() const { return context_length_; }
 
@@ -146,6 +149,9 @@ class RequestBuilder {
     int64_t context_length_;
     std::optional<ChatTemplate> chat_template_;
     ToolCallFormat tool_call_format_ = ToolCallFormat::kNone;
+    // The template shows no tool-call format: tools are described in the
+    // system message, calls written as Hermes's (tools_in_prompt.h).
+    bool tools_in_prompt_ = false;
     std::string fallback_reason_;  // why there is none (warned at the first chat)
     mutable std::once_flag fallback_warned_;
     mutable std::once_flag grammars_made_;

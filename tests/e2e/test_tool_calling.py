@@ -223,8 +223,6 @@ def check_refusals(server):
                                                            "function": {"name": "nope"}}),
                        "tool_choice", "nope")
     expect_bad_request(chat(tools=[bad_schema]), "tools[0].function.parameters.type")
-    expect_bad_request(chat(model="plain", tools=[WEATHER]), "tools",
-                       "does not support tool calling")
     expect_bad_request(chat(tool_choice="required"), "tool_choice")  # without tools
     if not GRAMMAR_ENFORCES_TOOL_CHOICE:  # required / named cannot be honoured yet
         expect_bad_request(chat(tools=[WEATHER], tool_choice="required"), "tool_choice", "grammar")

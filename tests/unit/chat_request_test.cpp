@@ -301,22 +301,23 @@ TEST_F(ChatFrontDoor, ChoicesThatRequireCallsAreForcedByAGrammar) {
     EXPECT_EQ(builder.build(spec_of(free_choice)).params.grammar, nullptr);
 }
 
-TEST_F(ChatFrontDoor, ToolsAreRefusedWithoutAToolCallFormat) {
+TEST_F(ChatFrontDoor, ToolsWithoutAToolCallFormatAreDescribedInTheSystemMessage) {
     const ApiRequest request =
         parse_api_request(chat_body(std::string(R"("tools": [)") + kWeather + "]"), true, kLimits);
     for (const std::string chat_template :
-         {std::string(""), std::string("{{ messages[0].content }}")}) {
+         {std::string(""), std::string("{% for m in messages %}{{ m.content }}{% endfor %}")}) {
         const Model model = model_with(chat_template);
         const RequestBuilder builder(model);
-        EXPECT_EQ(builder.tool_call_format(), ToolCallFormat::kNone);
-        try {
-            builder.build(spec_of(request));
-            ADD_FAILURE() << "tools accepted by a model without a tool-call format";
-        } catch (const RequestError& e) {
-            EXPECT_EQ(e.param(), "tools");
-            EXPECT_NE(std::string(e.what()).find("does not support tool calling"),
-                      std::string::npos);
-        }
+        EXPECT_TRUE(builder.tools_in_prompt());
+        EXPECT_EQ(builder.tool_call_format(), ToolCallFormat::kHermes)
+            << "calls of a model without a format are written as Hermes's";
+        const std::string prompt =
+            builder.render_chat(request.messages, request.template_options, request.tools);
+        EXPECT_NE(prompt.find("get_weather"), std::string::npos)
+            << "the tools must be described in the prompt: " << prompt;
+        EXPECT_NE(prompt.find("<tool_call>"), std::string::npos)
+            << "the prompt must show the call format: " << prompt;
+        EXPECT_NO_THROW(builder.build(spec_of(request)));
     }
 }
 
