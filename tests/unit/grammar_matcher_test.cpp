@@ -314,6 +314,34 @@ TEST(GrammarMatcher, RefusesTooManyParsesAtOnce) {
     EXPECT_TRUE(m.can_terminate());
 }
 
+TEST(GrammarMatcher, FollowsALongChainOfRules) {
+    // r0 ::= "x" r1; r1 ::= "x" r2; ... each a tail call; and s0 ::= s1 "y"; ...
+    // (a chain entered before any byte) too deep to expand.
+    GrammarBuilder b;
+    const int kLength = 5000;
+    for (int i = 0; i < kLength; ++i) {
+        const int32_t rule = b.rule("r" + std::to_string(i));
+        b.add_alternative(rule, i + 1 < kLength
+                                    ? seq({lit("x"), ref(b.rule("r" + std::to_string(i + 1)))})
+                                    : lit("x"));
+    }
+    GrammarMatcher m = matcher_for(b.build("r0"), {"x", "xxxx"});
+    ASSERT_TRUE(m.accept_bytes(std::string(kLength - 1, 'x')));
+    EXPECT_FALSE(m.can_terminate());
+    EXPECT_TRUE(m.accept_token(0));
+    EXPECT_TRUE(m.is_terminated());
+
+    GrammarBuilder deep;
+    for (int i = 0; i < kLength; ++i) {
+        const int32_t rule = deep.rule("s" + std::to_string(i));
+        deep.add_alternative(
+            rule, i + 1 < kLength ? seq({ref(deep.rule("s" + std::to_string(i + 1))), lit("y")})
+                                  : lit("y"));
+    }
+    const std::string message = test::error_of([&] { matcher_for(deep.build("s0"), {"y"}); });
+    EXPECT_NE(message.find("nests rules"), std::string::npos) << message;
+}
+
 TEST(GrammarMatcher, RefusesExponentialExpansion) {
     // 2^30 ways through thirty rules that each match "" in two ways.
     GrammarBuilder b;
