@@ -168,26 +168,30 @@ int32_t uuid_rule(JsonSchemaConverter& c, const std::string& path) {
 }  // namespace
 
 int32_t JsonSchemaConverter::format_rule(const std::string& format, const std::string& path) {
+    // Built once per format (a date's rules are the same everywhere).
+    const std::string key = "format:" + format;
+    if (shared_.count(key)) return shared_[key];
     int32_t body = kNoValue;
+    const std::string name = "format-" + format;  // the rules' names
     if (format == "date") {
-        body = date_rule(*this, path);
+        body = date_rule(*this, name);
     } else if (format == "time") {
-        body = time_rule(*this, path);
+        body = time_rule(*this, name);
     } else if (format == "date-time") {
-        const int32_t date = date_rule(*this, path);
-        body = new_rule(path, "date-time", {ref(date) + lit("T") + ref(time_rule(*this, path))});
+        const int32_t date = date_rule(*this, name);
+        body = new_rule(name, "", {ref(date) + lit("T") + ref(time_rule(*this, name))});
     } else if (format == "email") {
-        body = email_rule(*this, path);
+        body = email_rule(*this, name);
     } else if (format == "uuid") {
-        body = uuid_rule(*this, path);
+        body = uuid_rule(*this, name);
     } else if (format == "uri") {
-        body = uri_rule(*this, path);
+        body = uri_rule(*this, name);
     } else {
         throw_schema_error(path, fmt::format("format '{}' is not supported (supported: date, "
                                              "time, date-time, email, uuid, uri)",
                                              format));
     }
-    return new_rule(path, "", {lit("\"") + ref(body) + lit("\"")});
+    return shared_[key] = named_rule("format-" + format, {lit("\"") + ref(body) + lit("\"")});
 }
 
 }  // namespace servelab

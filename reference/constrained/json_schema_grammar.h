@@ -19,9 +19,10 @@
 //   - Properties come in the schema's order, each required one always, each
 //     optional one or not at all; extra properties (allowed unless
 //     additionalProperties is false, JSON Schema's default being true) come
-//     after the listed ones, are never named like a listed one, and their
-//     names are spelled without escapes until they differ from every listed
-//     name. Duplicate extra names are not prevented. OpenAI's strict mode
+//     after the listed ones, and start with a character no listed name
+//     starts with, so as never to be one (tracking whole names would make
+//     the mask cache walk the vocabulary once per character of every name).
+//     Duplicate extra names are not prevented. OpenAI's strict mode
 //     asks for additionalProperties: false on every object; without it a
 //     small model may well add properties.
 //   - Whitespace: none, one space, or one newline and up to 20 spaces or

@@ -194,14 +194,19 @@ TEST(JsonSchemaGrammar, ObjectPropertiesInSchemaOrder) {
 
 TEST(JsonSchemaGrammar, AdditionalProperties) {
     // Default true: extra properties, with any value, after the listed ones,
-    // never named like a listed one (that would be a second "a").
+    // never named like a listed one (that would be a second "a"): they start
+    // with a character no listed name starts with.
     const std::string open = R"({"type": "object", "properties": {"a": {"type": "integer"},
         "ab": {"type": "integer"}}})";
+    expect_language(open,
+                    {"{}", "{\"x\":\"y\"}", "{\"a\":1,\"x\":[1]}", "{\"a\":1,\"ab\":2,\"b\":{}}",
+                     "{\"b\":1}", "{\"\":1}", "{\"\\na\":1}", "{\"é\":null,\"zz\":2}"},
+                    {"{\"x\":1,\"a\":1}", "{\"a\":1,\"a\":\"s\"}", "{\"ab\":1,\"a\":2}",
+                     "{\"x\":1,\"ab\":2}", "{\"abc\":1}", "{\"a1\":1}", "{\"\\u0061\":1}"});
     expect_language(
-        open,
-        {"{}", "{\"x\":\"y\"}", "{\"a\":1,\"x\":[1]}", "{\"a\":1,\"ab\":2,\"abc\":{}}", "{\"b\":1}",
-         "{\"\":1}", "{\"a\\n\":1}", "{\"a1\":null,\"zz\":2}"},
-        {"{\"x\":1,\"a\":1}", "{\"a\":1,\"a\":\"s\"}", "{\"ab\":1,\"a\":2}", "{\"x\":1,\"ab\":2}"});
+        R"({"properties": {"é": {}, "\n": {}, "": {}}, "additionalProperties": {"const": 0}})",
+        {"{\"x\":0}", "{\"\\t\":0}"},
+        {"{\"x\":1}", "{\"éa\":0}", "{\"\\nb\":0}", "{\"\\u00e9\":0}"});
     // A schema for the extra values.
     expect_language(R"({"properties": {"a": {}}, "additionalProperties": {"type": "string"}})",
                     {"{\"a\":1,\"b\":\"s\",\"c\":\"t\"}"}, {"{\"b\":1}"});
