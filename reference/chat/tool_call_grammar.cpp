@@ -16,7 +16,9 @@ std::vector<GrammarSymbol> call_symbols(GrammarBuilder& builder, const ToolFunct
                                         const ToolCallSyntax& syntax) {
     int32_t arguments = -1;
     try {
-        arguments = add_json_schema_rule(builder, function.parameters, "args-" + function.name);
+        // Compact, as templates write calls: no room for runaway spaces.
+        arguments = add_json_schema_rule(builder, function.parameters, "args-" + function.name,
+                                         {.compact_whitespace = true});
     } catch (const SchemaError& e) {
         throw SchemaError(fmt::format("function '{}': {}", function.name, e.what()), e.keyword());
     }

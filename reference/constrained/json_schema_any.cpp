@@ -17,6 +17,7 @@ namespace servelab {
 
 int32_t JsonSchemaConverter::whitespace() {
     if (shared_.count("ws")) return shared_["ws"];
+    if (options_.compact_whitespace) return shared_["ws"] = named_rule("ws", {{}, lit(" ")});
     int32_t indent = named_rule("ws-indent-0", {{}});
     for (int bytes = 1; bytes <= kMaxIndentBytes; ++bytes) {
         ByteSet space_or_tab;

@@ -83,7 +83,8 @@ std::string json_string_literal(const std::string& text, const std::string& path
 
 class JsonSchemaConverter {
   public:
-    JsonSchemaConverter(GrammarBuilder& builder, const nlohmann::ordered_json& root);
+    JsonSchemaConverter(GrammarBuilder& builder, const nlohmann::ordered_json& root,
+                        const JsonSchemaOptions& options = {});
 
     // The JSON texts `schema` validates (json_schema_grammar.cpp).
     int32_t value_rule(const nlohmann::ordered_json& schema, const std::string& path);
@@ -136,6 +137,7 @@ class JsonSchemaConverter {
 
     GrammarBuilder& builder_;
     const nlohmann::ordered_json& root_;
+    JsonSchemaOptions options_;
     int depth_ = 0;
     std::map<std::string, int32_t> ref_rules_;  // by JSON pointer: one rule per definition
     std::map<std::string, int32_t> shared_;     // by name: ws, any-value, ...

@@ -97,8 +97,9 @@ class DepthGuard {
 
 }  // namespace
 
-JsonSchemaConverter::JsonSchemaConverter(GrammarBuilder& builder, const json& root)
-    : builder_(builder), root_(root) {}
+JsonSchemaConverter::JsonSchemaConverter(GrammarBuilder& builder, const json& root,
+                                         const JsonSchemaOptions& options)
+    : builder_(builder), root_(root), options_(options) {}
 
 int32_t JsonSchemaConverter::value_rule(const json& schema, const std::string& path) {
     if (schema.is_boolean()) return schema.get<bool>() ? any_value() : kNoValue;
@@ -292,10 +293,11 @@ int32_t JsonSchemaConverter::named_rule(const std::string& name,
     return rule;
 }
 
-int32_t add_json_schema_rule(GrammarBuilder& builder, const json& schema, const std::string& hint) {
+int32_t add_json_schema_rule(GrammarBuilder& builder, const json& schema, const std::string& hint,
+                             const JsonSchemaOptions& options) {
     // Declared first, so that it gets `hint` itself as its name.
     const int32_t rule = builder.fresh_rule(hint);
-    JsonSchemaConverter converter(builder, schema);
+    JsonSchemaConverter converter(builder, schema, options);
     int32_t value = kNoValue;
     try {
         value = converter.value_rule(schema, "");

@@ -77,8 +77,15 @@ class SchemaError : public GrammarError {
 // texts that `schema` validates (within the subset above). Properties come
 // in the order of the ordered_json; a nlohmann::json converts to one, but
 // has already sorted them by name, so parse requests as ordered_json.
+// How the JSON is spelled, where the schema leaves it free.
+struct JsonSchemaOptions {
+    // Between tokens at most one space (as json.dumps writes): no newline,
+    // no indentation. For a tool call's arguments, which templates write
+    // on one line; a small model then cannot pad its answer with spaces.
+    bool compact_whitespace = false;
+};
 int32_t add_json_schema_rule(GrammarBuilder& builder, const nlohmann::ordered_json& schema,
-                             const std::string& hint);
+                             const std::string& hint, const JsonSchemaOptions& options = {});
 // A grammar whose root matches the JSON texts that `schema` validates.
 Grammar json_schema_grammar(const nlohmann::ordered_json& schema);
 // Any JSON object (response_format {"type": "json_object"}), with the same
