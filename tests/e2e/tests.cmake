@@ -240,4 +240,12 @@ if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
     COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_tool_calling.py
             --servelab $<TARGET_FILE:servelab>)
   set_tests_properties(serve_tool_calling PROPERTIES LABELS "serve" TIMEOUT 120)
+  # Lab 12: constrained decoding on SmolLM2 through the official client:
+  # parse() with a Pydantic model, response_format, structured_outputs,
+  # llama.cpp's fields, a required tool call, the 400s.
+  add_test(NAME serve_structured_outputs
+    COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_structured_outputs.py
+            --servelab $<TARGET_FILE:servelab> --model ${SERVELAB_E2E_MODEL})
+  set_tests_properties(serve_structured_outputs PROPERTIES
+    LABELS "serve" TIMEOUT 300 SKIP_RETURN_CODE 77)
 endif()
