@@ -154,3 +154,16 @@ def proc_status_bytes(pid, field):
             if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     raise KeyError(field)
+
+
+def expect_bad_request(call, param, words=""):
+    """`call()` must raise the client's BadRequestError (a 400) whose body names
+    `param` and whose message holds `words`."""
+    try:
+        call()
+    except openai.BadRequestError as error:
+        body = error.body if isinstance(error.body, dict) else {}
+        assert body.get("param") == param, (param, error.body)
+        assert words in body.get("message", ""), (words, error.body)
+        return
+    sys.exit(f"accepted a request that should be refused ({param}: {words})")

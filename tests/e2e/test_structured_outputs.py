@@ -22,10 +22,9 @@ import re
 import sys
 
 import jsonschema
-import openai
 import pydantic
 
-from serve_helpers import Server
+from serve_helpers import Server, expect_bad_request
 
 
 class Person(pydantic.BaseModel):
@@ -126,17 +125,6 @@ def check_required_tool_call(client):
                                            max_tokens=32, temperature=0)
     assert isinstance(final.choices[0].message.content, str), final.choices[0]
     print(f"  a required tool call against SmolLM2: {call.function.arguments}, then an answer: ok")
-
-
-def expect_bad_request(call, param, words):
-    try:
-        call()
-    except openai.BadRequestError as error:
-        body = error.body if isinstance(error.body, dict) else {}
-        assert body.get("param") == param, (param, error.body)
-        assert words in body.get("message", ""), (words, error.body)
-        return
-    sys.exit(f"accepted a request that should be refused ({param}: {words})")
 
 
 def check_refusals(client):

@@ -49,7 +49,7 @@ import gguf
 import jsonschema
 import openai
 
-from serve_helpers import Server
+from serve_helpers import Server, expect_bad_request
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "data" / "golden" / "chat_templates"
@@ -199,17 +199,6 @@ def check_template_options(server, vocabularies):
                                            add_generation_prompt=False, continue_final=True)
         assert reply.usage.completion_tokens >= 1
     print("  chat_template_kwargs reach the template; continue_final_message continues: ok")
-
-
-def expect_bad_request(call, param, words=""):
-    try:
-        call()
-    except openai.BadRequestError as e:
-        error = e.body if isinstance(e.body, dict) else {}
-        assert error.get("param") == param, (param, e.body)
-        assert words in error.get("message", ""), (words, e.body)
-        return
-    sys.exit(f"accepted a request that should be refused ({param})")
 
 
 def check_refusals(server):
