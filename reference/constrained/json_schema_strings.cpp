@@ -330,9 +330,10 @@ int32_t JsonSchemaConverter::extra_key_rule(const std::vector<std::string>& name
     }
     ByteSet escapes;  // \" \\ \/ \b ... standing for a character no name starts with
     for (const auto& [letter, stands_for] : kSimpleEscapes) {
+        const auto character = stands_for;  // clang 14 cannot capture a structured binding
         const bool starts_a_name =
             std::any_of(names.begin(), names.end(),
-                        [&](const std::string& n) { return !n.empty() && n[0] == stands_for; });
+                        [&](const std::string& n) { return !n.empty() && n[0] == character; });
         if (!starts_a_name) escapes.add(uint8_t(letter));
     }
     std::vector<GrammarSymbols> alternatives = {

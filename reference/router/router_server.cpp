@@ -176,10 +176,11 @@ void RouterServer::add_routes() {
             return httplib::Server::HandlerResponse::Handled;
         }));
     using WithReader = httplib::Server::HandlerWithContentReader;
-    for (const auto& [path, kind] : {std::pair{"/v1/completions", Forwarded::kCompletion},
-                                     std::pair{"/v1/chat/completions", Forwarded::kChat},
-                                     std::pair{"/tokenize", Forwarded::kTokenizer},
-                                     std::pair{"/detokenize", Forwarded::kTokenizer}}) {
+    for (const auto& [path, route_kind] : {std::pair{"/v1/completions", Forwarded::kCompletion},
+                                           std::pair{"/v1/chat/completions", Forwarded::kChat},
+                                           std::pair{"/tokenize", Forwarded::kTokenizer},
+                                           std::pair{"/detokenize", Forwarded::kTokenizer}}) {
+        const Forwarded kind = route_kind;  // clang 14 cannot capture a structured binding
         http_->Post(path,
                     WithReader([this, kind](const HttpRequest& request, HttpResponse& response,
                                             const httplib::ContentReader& reader) {
