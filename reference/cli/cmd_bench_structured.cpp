@@ -150,7 +150,8 @@ std::vector<StructuredSchema> read_structured_schemas(const StructuredBenchOptio
 
 // Asks for a schema's grammar (timed: a cache miss compiles it) and builds
 // its prompt through the front door, which checks that the prompt and
-// --max-tokens fit the context.
+// --max-tokens fit the context. Throws RequestError naming what the
+// converter or the compiler refused.
 StructuredCase load_structured_case(const StructuredSchema& schema, const RequestBuilder& builder,
                                     int32_t max_tokens) {
     RequestSpec spec;
@@ -162,19 +163,42 @@ StructuredCase load_structured_case(const StructuredSchema& schema, const Reques
     spec.constraint.param = schema.file;
     StructuredCase loaded;
     loaded.schema_file = schema.file;
-    try {
-        const auto start = std::chrono::steady_clock::now();
-        builder.compile(spec.constraint);
-        loaded.compile_ms =
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                .count();
-        EngineRequest request = builder.build(spec);  // the grammar now from the cache
-        loaded.prompt = std::move(request.prompt);
-        loaded.grammar = request.params.grammar;
-    } catch (const RequestError& e) {
-        throw Error(fmt::format("bench structured: {}: {}", schema.file, e.what()));
-    }
+    const auto start = std::chrono::steady_clock::now();
+    builder.compile(spec.constraint);
+    loaded.compile_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    EngineRequest request = builder.build(spec);  // the grammar now from the cache
+    loaded.prompt = std::move(request.prompt);
+    loaded.grammar = request.params.grammar;
     return loaded;
+}
+
+// The cases of the schemas that compile. One that does not (a keyword the
+// converter refuses, a grammar over the matcher's limits, a prompt too long)
+// is left out of the arms, with a warning, and listed in `refused`: one
+// schema of a collection does not stop the others being measured. None
+// compiling is an error.
+std::vector<StructuredCase> load_structured_cases(const std::vector<StructuredSchema>& schemas,
+                                                  const RequestBuilder& builder, int32_t max_tokens,
+                                                  nlohmann::json& refused) {
+    std::vector<StructuredCase> cases;
+    for (const StructuredSchema& schema : schemas) {
+        try {
+            cases.push_back(load_structured_case(schema, builder, max_tokens));
+        } catch (const RequestError& e) {
+            spdlog::warn("{}: left out: {}", schema.file, e.what());
+            refused.push_back({{"schema", schema.file}, {"reason", e.what()}});
+            continue;
+        }
+        spdlog::info("{}: {} prompt tokens, grammar compiled in {:.1f} ms", schema.file,
+                     cases.back().prompt.size(), cases.back().compile_ms);
+    }
+    if (cases.empty()) {
+        throw Error(fmt::format("bench structured: no schema compiled; {}: {}",
+                                refused[0]["schema"].get<std::string>(),
+                                refused[0]["reason"].get<std::string>()));
+    }
+    return cases;
 }
 
 // Runs every case through `engine`, at most `batch` in flight, each with its
@@ -395,6 +419,10 @@ void print_structured_table(const StructuredBenchOptions& opts, const nlohmann::
         compile["slowest"].get<std::string>().c_str(),
         (long long)compile["over_server_limit"].get<int64_t>(),
         compile["server_limit_ms"].get<double>(), report["vocabulary_ms"].get<double>());
+    for (const nlohmann::json& r : report["refused"]) {
+        std::printf("left out: %s: %s\n", r["schema"].get<std::string>().c_str(),
+                    r["reason"].get<std::string>().c_str());
+    }
     std::printf("%5s %13s %15s %7s %9s %9s %9s %10s %12s\n", "batch", "constrained",
                 "unconstrained", "ratio", "mask p50", "mask p99", "mask max", "rows/step",
                 "stop & JSON");
@@ -470,12 +498,9 @@ void run_bench_structured(const StructuredBenchOptions& opts) {
     builder.grammars();  // the vocabulary's byte strings, once for every grammar
     const double vocabulary_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    std::vector<StructuredCase> cases;
-    for (const StructuredSchema& schema : schemas) {
-        cases.push_back(load_structured_case(schema, builder, opts.max_tokens));
-        spdlog::info("{}: {} prompt tokens, grammar compiled in {:.1f} ms", schema.file,
-                     cases.back().prompt.size(), cases.back().compile_ms);
-    }
+    nlohmann::json refused = nlohmann::json::array();
+    const std::vector<StructuredCase> cases =
+        load_structured_cases(schemas, builder, opts.max_tokens, refused);
     const std::unique_ptr<Engine> engine = make_structured_engine(opts, model, runner, cases);
     const std::vector<StructuredBatch> batches = run_structured_rounds(opts, *engine, cases);
     if (!opts.outputs_path.empty()) write_structured_outputs(opts.outputs_path, cases, batches);
@@ -489,6 +514,7 @@ void run_bench_structured(const StructuredBenchOptions& opts) {
         {"date", utc_date()},
         {"vocabulary_ms", vocabulary_ms},
         {"compile_ms", compile_summary(cases)},
+        {"refused", refused},
         {"batches", nlohmann::json::array()},
         {"per_schema", report_structured_cases(cases, batches)},
     };

@@ -8,8 +8,9 @@ bench must report every figure (compile time, masks, both arms' decode
 speed, the stop and JSON counts), write one output line per schema, arm and
 batch, and every constrained output that finished with "stop" must be valid
 under its schema, judged by Python's jsonschema (the report exits 1
-otherwise). Then bad input: a missing schema, a file that is not JSON, a
-keyword the converter refuses; each one line on stderr, exit 1. No timing
+otherwise). Then bad input: a missing schema, a file that is not JSON, no
+schema the converter takes (each one line on stderr, exit 1); and a schema
+it refuses beside one it takes is left out and listed with its reason. No timing
 is checked. About 15 s; skipped (exit 77) without the model.
 
 Usage: test_bench_structured.py --servelab PATH
@@ -94,8 +95,17 @@ def test_bad_input(servelab, workdir):
     expect_error(servelab, "a missing schema", ["--schemas", "/nonexistent/schema.json"],
                  "cannot read schema /nonexistent/schema.json")
     expect_error(servelab, "a schema that is not JSON", ["--schemas", not_json], "is not JSON")
-    expect_error(servelab, "a keyword the converter refuses", ["--schemas", refused, "--repeats", "1"],
-                 "uniqueItems")
+    expect_error(servelab, "no schema that compiles", ["--schemas", refused, "--repeats", "1"],
+                 "no schema compiled")
+    # Beside one that compiles, a refused schema is left out and reported.
+    done = subprocess.run([servelab, "-q", "bench", "structured", "--schemas", f"{refused},{SCHEMAS[0]}",
+                           "--max-tokens", "4", "--repeats", "1", "--batch", "1", "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    report = json.loads(done.stdout) if done.returncode == 0 else {}
+    check("a refused schema beside one that compiles: left out, with the reason",
+          [r["schema"] for r in report.get("refused", [])] == [refused]
+          and "uniqueItems" in report["refused"][0]["reason"]
+          and [r["schema"] for r in report["per_schema"]] == [SCHEMAS[0]], done.stderr[-500:])
 
 
 def main():

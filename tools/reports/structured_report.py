@@ -247,7 +247,11 @@ def print_table(results: dict) -> None:
     print("|---|" + "---|" * len(servers))
     compile_ms = s["compile_ms"]
     rows = [("grammar compile ms, p50 / max",
-             [f"{compile_ms['p50']:.1f} / {compile_ms['max']:.1f}", "–"])]
+             [f"{compile_ms['p50']:.1f} / {compile_ms['max']:.1f}", "–"]),
+            (f"schemas compiling over the server's {compile_ms['server_limit_ms']:.0f} ms limit",
+             [str(compile_ms["over_server_limit"]), "–"])]
+    if s["refused"]:
+        rows.append(("schemas left out: not compiled", [str(len(s["refused"])), "–"]))
     for b, row in enumerate(s["batches"]):
         c = row["batch"]
         llama_row = results["llama"]["batches"][b] if "llama" in results else None
@@ -269,6 +273,8 @@ def print_table(results: dict) -> None:
                          ["0", str(llama_row["refused"])]))
     for label, cells in rows:
         print(f"| {label} | " + " | ".join(cells[:len(servers)]) + " |")
+    for r in s["refused"]:
+        print(f"\nleft out: {r['schema']}: {r['reason']}")
 
 
 def main() -> int:
