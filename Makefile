@@ -19,7 +19,7 @@ PYTHON := .venv/bin/python
 MODEL := data/models/SmolLM2-135M-Instruct.Q4_1.gguf
 QUESTION ?= What is the capital of France? Answer in one sentence.
 
-.PHONY: run test test-all setup build build-fuzz build-tsan model goldens grade skeletons student-release autograder bench serve-report cpu-report clean
+.PHONY: run test test-all setup build build-fuzz build-tsan model goldens grade skeletons student-release autograder bench serve-report cpu-report structured-report clean
 
 # The presets build with Ninja (its dependency scanning is much cheaper than
 # make's on 2 cores); a tree configured by an older checkout with another
@@ -105,6 +105,13 @@ serve-report: build
 # skips it). Interleaved. ARGS=... passes options through.
 cpu-report: build
 	@$(PYTHON) tools/reports/cpu_peer_report.py $(ARGS)
+
+# JSON-schema-constrained decoding (Lab 12): `servelab bench structured` on
+# data/schemas/, every stopped output judged by Python's jsonschema, then
+# llama-server's json_schema on the same prompts (tools/build_peers.sh builds
+# it on first use). ARGS=... passes options through, e.g. ARGS="--limit 8".
+structured-report: build
+	@$(PYTHON) tools/reports/structured_report.py $(ARGS)
 
 # Regenerate labs/labNN_<name>/student/ from the reference's solution regions
 # (the instructor's tree only: a student release has no regions).

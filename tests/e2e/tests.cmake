@@ -20,6 +20,8 @@
 #                               (goldens); ..._calibrated: the AWQ and GPTQ files ("slow")
 #   json_schema_grammar_jsonschema  Lab 12: JSON schema grammars' random sentences against
 #                               Python's json and jsonschema; --check against mutations
+#   bench_structured_smoke      Lab 12: `servelab bench structured` and its report on two
+#                               small schemas; stopped outputs judged by jsonschema
 
 set(SERVELAB_E2E_SCRIPT ${CMAKE_SOURCE_DIR}/tests/e2e/test_numpy_oracle.py)
 set(SERVELAB_E2E_MODEL ${CMAKE_SOURCE_DIR}/data/models/SmolLM2-135M-Instruct.Q4_1.gguf)
@@ -143,6 +145,15 @@ if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
     COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_json_schema_grammar.py
             --servelab $<TARGET_FILE:servelab>)
   set_tests_properties(json_schema_grammar_jsonschema PROPERTIES LABELS "e2e" TIMEOUT 180)
+  # `servelab bench structured` through tools/reports/structured_report.py
+  # --servelab-only: two small schemas, 24 tokens, one round, batches 1 and 2;
+  # every figure present, every stopped output valid (jsonschema), bad input
+  # refused in one line. About 10 s; skipped (77) without SmolLM2.
+  add_test(NAME bench_structured_smoke
+    COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_bench_structured.py
+            --servelab $<TARGET_FILE:servelab>)
+  set_tests_properties(bench_structured_smoke PROPERTIES LABELS "e2e" TIMEOUT 120
+    SKIP_RETURN_CODE 77)
 endif()
 
 # Lab 4's request traces (data/traces/) must match their generator.
