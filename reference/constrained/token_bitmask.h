@@ -36,7 +36,8 @@ class TokenBitmask {
     std::span<uint64_t> words() { return words_; }
     bool operator==(const TokenBitmask&) const = default;
 
-    // logits[t] = -infinity for every token t not in the mask.
+    // logits[t] = -infinity for every token t not in the mask (ids at or
+    // past size(), in a model vocabulary padded beyond the tokenizer's, too).
     void apply(std::span<float> logits) const;
 
   private:

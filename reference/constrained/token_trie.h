@@ -23,7 +23,9 @@ class TokenTrie {
         int32_t subtree_size = 1;     // this node and all below it
         std::vector<TokenId> tokens;  // the tokens whose bytes end here
     };
-    // Every token with bytes (empty ones are left out).
+    // Every token with bytes (empty ones are left out, and so are the end
+    // tokens: they are allowed where the output may end, whatever bytes a
+    // hand-made vocabulary gives them).
     explicit TokenTrie(const TokenVocabulary& vocabulary);
     // Node 0 is the root (no byte, no tokens).
     const std::vector<Node>& nodes() const { return nodes_; }

@@ -17,7 +17,8 @@ namespace servelab {
 
 struct TokenVocabulary {
     // Per token id: its bytes; empty for a token that is never allowed
-    // (control and unused tokens, and any token with no bytes).
+    // (control and unused tokens, and any token with no bytes) and for the
+    // end tokens (they stand for the end of the output, not for text).
     std::vector<std::string> token_bytes;
     // The ids that end generation (Tokenizer::is_end_of_generation), allowed
     // exactly where the grammar may end.
