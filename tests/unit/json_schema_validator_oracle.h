@@ -369,16 +369,25 @@ inline std::string schema_violation(const nlohmann::ordered_json& schema,
     return validator.check(schema, value, "", 0);
 }
 
-// The same for a JSON text: "" when it parses (strictly, as JSON, with no
-// object holding a key twice: the grammar never writes one) and validates.
-inline std::string text_violation(const nlohmann::ordered_json& schema, const std::string& text) {
+// What text_violation says of a text it cannot judge: a number too large for a
+// double (JSON allows 2e+379; nlohmann refuses to parse it, Python reads inf).
+inline const std::string kNotJudged = "(not judged: a number too large for a double)";
+
+// The same for a JSON text: "" when it parses (strictly, as JSON) and
+// validates; kNotJudged when a number overflows a double. Unless
+// `allow_duplicate_keys`, an object holding a key twice is a violation (the
+// grammar writes each listed property once; json_schema_grammar.h allows
+// an extra property name to repeat).
+inline std::string text_violation(const nlohmann::ordered_json& schema, const std::string& text,
+                                  bool allow_duplicate_keys = false) {
     using json = nlohmann::ordered_json;
     std::vector<std::set<std::string>> open_objects;  // the keys seen in each enclosing object
     std::string duplicate;
     const json::parser_callback_t watch_keys = [&](int, json::parse_event_t event, json& parsed) {
         if (event == json::parse_event_t::object_start) open_objects.emplace_back();
         if (event == json::parse_event_t::object_end) open_objects.pop_back();
-        if (event == json::parse_event_t::key && !open_objects.back().insert(parsed.get<std::string>()).second) {
+        if (event == json::parse_event_t::key &&
+            !open_objects.back().insert(parsed.get<std::string>()).second) {
             duplicate = parsed.get<std::string>();
         }
         return true;
@@ -388,8 +397,12 @@ inline std::string text_violation(const nlohmann::ordered_json& schema, const st
         value = json::parse(text, watch_keys);
     } catch (const nlohmann::json::parse_error& e) {
         return std::string("not JSON: ") + e.what();
+    } catch (const nlohmann::json::out_of_range&) {
+        return kNotJudged;
     }
-    if (!duplicate.empty()) return "an object has the key \"" + duplicate + "\" twice";
+    if (!duplicate.empty() && !allow_duplicate_keys) {
+        return "an object has the key \"" + duplicate + "\" twice";
+    }
     return schema_violation(schema, value);
 }
 

@@ -142,6 +142,7 @@ class RandomJsonSchema {
 
     json definition(int depth) {
         const std::string name = "d" + std::to_string(defs_.size());
+        defs_[name] = true;  // taken before drawing: a definition drawn inside gets another name
         defs_[name] = any(depth - 1);
         return json{{"$ref", "#/$defs/" + name}};
     }
