@@ -149,12 +149,13 @@ ArrayItems array_items(JsonSchemaConverter& converter, const json& schema,
 int32_t JsonSchemaConverter::object_rule(const json& schema, const std::string& path) {
     // BEGIN SOLUTION lab12 (JsonSchemaConverter::object_rule)
     // HINT: object_members gives the members in schema order (nullopt: the object validates
-    // HINT: nothing: kNoValue); extra_member_rules the (first, after) pair for what follows the
-    // HINT: last member. Then from the last member back, two new rules per member: "after" (a
-    // HINT: member was written before, so this one starts with "," ws) and "first" (none was: no
-    // HINT: comma). A member that is not required may also be left out: after -> the next member's
-    // HINT: after, first -> the next member's first. member_symbols spells one member
-    // HINT: (json_string_literal its key). The object is "{" ws first "}".
+    // HINT: nothing: kNoValue); extra_member_rules the (first, after) pair for what follows
+    // HINT: the last member. Then from the last member back, two new rules per member:
+    // HINT: "after" (a member was written before, so this one starts with "," ws) and
+    // HINT: "first" (none was: no comma). A member that is not required may also be left
+    // HINT: out: after -> the next member's after, first -> the next member's first.
+    // HINT: member_symbols spells one member (json_string_literal its key). The object is
+    // HINT: "{" ws first "}".
     const int32_t extra_value = value_rule(schema.value("additionalProperties", json(true)),
                                            child_path(path, "additionalProperties"));
     const std::optional<std::vector<ObjectMember>> members =
@@ -184,14 +185,14 @@ int32_t JsonSchemaConverter::object_rule(const json& schema, const std::string& 
 
 int32_t JsonSchemaConverter::array_rule(const json& schema, const std::string& path) {
     // BEGIN SOLUTION lab12 (JsonSchemaConverter::array_rule)
-    // HINT: array_items gives the prefix items' rules and the rest's (kNoValue: validates nothing).
-    // HINT: The most elements allowed: maxItems, lowered to k at the first prefix item k that
-    // HINT: validates nothing, and to the prefix's length when the rest validates nothing; minItems
-    // HINT: above that: kNoValue. Then after(k), what may follow once k elements are written, from
-    // HINT: the last k back to 1: "" when k >= minItems, and "," ws element(k) ws after(k+1) while
-    // HINT: more may come (with no limit the last after loops on itself). The array: "[" ws "]"
-    // HINT: when minItems is 0, and "[" ws element(0) ws after(1) "]" when at least one element is
-    // HINT: allowed.
+    // HINT: array_items gives the prefix items' rules and the rest's (kNoValue: validates
+    // HINT: nothing). The most elements allowed: maxItems, lowered to k at the first prefix
+    // HINT: item k that validates nothing, and to the prefix's length when the rest
+    // HINT: validates nothing; minItems above that: kNoValue. Then after(k), what may follow
+    // HINT: once k elements are written, from the last k back to 1: "" when k >= minItems,
+    // HINT: and "," ws element(k) ws after(k+1) while more may come (with no limit the last
+    // HINT: after loops on itself). The array: "[" ws "]" when minItems is 0, and "[" ws
+    // HINT: element(0) ws after(1) "]" when at least one element is allowed.
     const ArrayItems items = array_items(*this, schema, path);
     const int64_t min_items = count_keyword(schema, "minItems", path).value_or(0);
     // At most this many elements: maxItems, and no element of a schema that

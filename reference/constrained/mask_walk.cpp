@@ -14,12 +14,13 @@ namespace {
 // from the same parent by the same stacks. Returns whether it is non-empty.
 bool advance_to(uint8_t byte, size_t depth, MaskScratch& scratch) {
     // BEGIN SOLUTION lab12 (advance_to)
-    // HINT: levels[depth] becomes levels[depth - 1] advanced by `byte` (scratch.stepper.advance).
-    // HINT: The plain version always advances. The fast one first asks which stacks take the byte
-    // HINT: (stepper.matching_stacks: 0 = none, so return false at once) and skips the advance when
-    // HINT: levels[depth] was made from the same parent node (scratch.path[depth - 1]) by the same
-    // HINT: stacks (made_from / made_by; kUnknownMatch can never be trusted): siblings inside a
-    // HINT: string all advance alike. Returns whether levels[depth] holds a stack.
+    // HINT: levels[depth] becomes levels[depth - 1] advanced by `byte`
+    // HINT: (scratch.stepper.advance). The plain version always advances. The fast one first
+    // HINT: asks which stacks take the byte (stepper.matching_stacks: 0 = none, so return
+    // HINT: false at once) and skips the advance when levels[depth] was made from the same
+    // HINT: parent node (scratch.path[depth - 1]) by the same stacks (made_from / made_by;
+    // HINT: kUnknownMatch can never be trusted): siblings inside a string all advance alike.
+    // HINT: Returns whether levels[depth] holds a stack.
     std::vector<StackSet>& levels = scratch.levels;
     if (levels.size() <= depth) levels.resize(depth + 1);
     if (scratch.made_from.size() <= depth) {
@@ -44,13 +45,14 @@ bool advance_to(uint8_t byte, size_t depth, MaskScratch& scratch) {
 void walk_token_trie(const TokenTrie& trie, int32_t root, const StackSet& stacks,
                      MaskScratch& scratch, const TrieVisitor& visit) {
     // BEGIN SOLUTION lab12 (walk_token_trie)
-    // HINT: nodes are in depth-first order and a subtree is [node, node + subtree_size). Walk from
-    // HINT: root + 1 to the subtree's end; a node at depth d (relative to root) advances the stacks
-    // HINT: of depth d - 1 (its parent's: the node before it in this order is its parent or in a
-    // HINT: finished subtree) by its byte into levels[d] (advance_to; keep scratch.path[d] = node).
-    // HINT: Visit the node only if some stack took its byte; go below it (node + 1) only if the
-    // HINT: visitor says so and the stacks can take another byte (stepper.can_take_bytes);
-    // HINT: otherwise skip its whole subtree in one addition.
+    // HINT: nodes are in depth-first order and a subtree is [node, node + subtree_size).
+    // HINT: Walk from root + 1 to the subtree's end; a node at depth d (relative to root)
+    // HINT: advances the stacks of depth d - 1 (its parent's: the node before it in this
+    // HINT: order is its parent or in a finished subtree) by its byte into levels[d]
+    // HINT: (advance_to; keep scratch.path[d] = node). Visit the node only if some stack
+    // HINT: took its byte; go below it (node + 1) only if the visitor says so and the stacks
+    // HINT: can take another byte (stepper.can_take_bytes); otherwise skip its whole subtree
+    // HINT: in one addition.
     const std::vector<TokenTrie::Node>& nodes = trie.nodes();
     const int32_t root_depth = nodes[size_t(root)].depth;
     std::vector<StackSet>& levels = scratch.levels;
@@ -78,8 +80,8 @@ void walk_token_trie(const TokenTrie& trie, int32_t root, const StackSet& stacks
 void fill_mask_by_walk(const TokenTrie& trie, const StackSet& stacks, MaskScratch& scratch,
                        TokenBitmask& mask) {
     // BEGIN SOLUTION lab12 (fill_mask_by_walk)
-    // HINT: clear the mask, walk the whole trie from its root (node 0) with `stacks`, and set the
-    // HINT: tokens ending at every node the walk visits.
+    // HINT: clear the mask, walk the whole trie from its root (node 0) with `stacks`, and
+    // HINT: set the tokens ending at every node the walk visits.
     mask.clear();
     walk_token_trie(trie, 0, stacks, scratch, [&](int32_t node, const StackSet&) {
         for (const TokenId t : trie.nodes()[size_t(node)].tokens) mask.set(t);

@@ -24,10 +24,10 @@ bool GrammarMatcher::accept_token(TokenId token) {
     }
     // BEGIN SOLUTION lab12 (GrammarMatcher::accept_token)
     // HINT: nothing after an end token (now().ended). An end token (is_end_token) is
-    // HINT: accept_end_token's. A token without bytes is refused. Otherwise advance the current
-    // HINT: stacks by all of its bytes (scratch_.stepper.advance_bytes) into a NEW State; push it
-    // HINT: only if some stack took them all. now() must stay as it was: the state before this
-    // HINT: token is what rollback(1) returns to.
+    // HINT: accept_end_token's. A token without bytes is refused. Otherwise advance the
+    // HINT: current stacks by all of its bytes (scratch_.stepper.advance_bytes) into a NEW
+    // HINT: State; push it only if some stack took them all. now() must stay as it was: the
+    // HINT: state before this token is what rollback(1) returns to.
     if (now().ended) return false;
     if (is_end_token(token)) return accept_end_token();
     const std::string& bytes = vocabulary.token_bytes[size_t(token)];
@@ -52,9 +52,9 @@ bool GrammarMatcher::accept_end_token() {
 
 bool GrammarMatcher::accept_bytes(std::string_view bytes) {
     // BEGIN SOLUTION lab12 (GrammarMatcher::accept_bytes)
-    // HINT: like accept_token's bytes, but not a token: on success the new stacks replace the
-    // HINT: current state's (states_.back()), so num_tokens() does not change and the next
-    // HINT: rollback(1) takes these bytes back with the token before them.
+    // HINT: like accept_token's bytes, but not a token: on success the new stacks replace
+    // HINT: the current state's (states_.back()), so num_tokens() does not change and the
+    // HINT: next rollback(1) takes these bytes back with the token before them.
     if (now().ended) return false;
     StackSet next;
     if (!scratch_.stepper.advance_bytes(now().stacks, bytes, next)) return false;
@@ -69,8 +69,8 @@ void GrammarMatcher::rollback(int32_t num_tokens) {
                                 num_tokens, this->num_tokens()));
     }
     // BEGIN SOLUTION lab12 (GrammarMatcher::rollback)
-    // HINT: the last num_tokens states go; the one left on top is the state after the token before
-    // HINT: them (states_[0], the start, always stays).
+    // HINT: the last num_tokens states go; the one left on top is the state after the token
+    // HINT: before them (states_[0], the start, always stays).
     states_.erase(states_.end() - num_tokens, states_.end());
     // END SOLUTION
 }
