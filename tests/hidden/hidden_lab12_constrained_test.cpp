@@ -73,11 +73,9 @@ void check_masks_along_walks(const std::shared_ptr<const CompiledGrammar>& walke
             const TokenBitmask want = test::oracle_mask(g, v, output);
             TokenBitmask got;
             by_walk.fill_next_token_bitmask_by_walk(got);
-            ASSERT_EQ(test::mask_mistake(g, v, output, got, want), "")
-                << "the walk's mask, " << name << "; " << random.trace();
+            ASSERT_TRUE(test::mask_mistake(g, v, output, got, want).empty()) << test::mask_mistake(g, v, output, got, want) << "; " << "the walk's mask, " << name << "; " << random.trace();
             by_cache.fill_next_token_bitmask(got);
-            ASSERT_EQ(test::mask_mistake(g, v, output, got, want), "")
-                << "the cached mask, " << name << "; " << random.trace();
+            ASSERT_TRUE(test::mask_mistake(g, v, output, got, want).empty()) << test::mask_mistake(g, v, output, got, want) << "; " << "the cached mask, " << name << "; " << random.trace();
             const TokenId t = test::draw_allowed(want, v, step > steps / 2, random.engine());
             if (t < 0 || test::is_end_token(v, t)) break;
             ASSERT_TRUE(by_walk.accept_token(t) && by_cache.accept_token(t));
@@ -180,8 +178,7 @@ TEST(HiddenLab12MaskWalk, OneScratchAcrossUnrelatedStates) {
         if (test::grammar_accepts(g, output)) {
             for (const TokenId t : v->end_tokens) mask.set(t);
         }
-        ASSERT_EQ(test::mask_mistake(g, *v, output, mask), "")
-            << "round " << round << ", one scratch for every walk";
+        ASSERT_TRUE(test::mask_mistake(g, *v, output, mask).empty()) << test::mask_mistake(g, *v, output, mask) << "; " << "round " << round << ", one scratch for every walk";
     }
 }
 
@@ -246,8 +243,7 @@ ws ::= [ ]?
                 fork.rollback(fork.num_tokens());
             }
             ASSERT_EQ(m.num_tokens(), int32_t(outputs.size()) - 1) << "after operation " << op;
-            ASSERT_EQ(state_difference(m, outputs.back()), "")
-                << "after operation " << op << " (kind " << kind << "); " << random.trace();
+            ASSERT_TRUE(state_difference(m, outputs.back()).empty()) << state_difference(m, outputs.back()) << "; " << "after operation " << op << " (kind " << kind << "); " << random.trace();
         }
     }
 }

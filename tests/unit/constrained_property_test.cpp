@@ -97,7 +97,7 @@ std::string walk_once(const std::shared_ptr<const CompiledGrammar>& compiled,
     for (int step = 0; step < kMaxTokens; ++step) {
         m.fill_next_token_bitmask(mask);
         const std::string mistake = test::mask_mistake(g, v, output, mask);
-        EXPECT_EQ(mistake, "") << "the mask (cached; built by your walk over the grammar your "
+        EXPECT_TRUE(mistake.empty()) << mistake << "; " << "the mask (cached; built by your walk over the grammar your "
                                   "object and array rules made): "
                                << where;
         if (!mistake.empty()) return "";
@@ -159,8 +159,7 @@ TEST(ConstrainedProperty, RandomSchemasRandomWalksValidate) {
             const std::string violation =
                 test::text_violation(schema, output, /*allow_duplicate_keys=*/true);
             if (violation == test::kNotJudged) continue;
-            ASSERT_EQ(violation, "")
-                << "a finished walk's output does not validate: " << test::shown_bytes(output)
+            ASSERT_TRUE(violation.empty()) << violation << "; " << "a finished walk's output does not validate: " << test::shown_bytes(output)
                 << ": the grammar allows more than the schema (its object and array rules: "
                    "required properties, minItems/maxItems, prefixItems, additionalProperties); "
                 << where;

@@ -66,6 +66,12 @@ inline TokenBitmask oracle_mask(const Grammar& g, const TokenVocabulary& v,
     return mask;
 }
 
+// The other way a walk gets a token wrong: stacks made for another node.
+inline constexpr const char* kStaleStacks =
+    "; or a node advanced from stacks that are not its parent's: levels[depth] may be reused "
+    "(advance_to) only when it was made from the same parent node by the same stacks, within "
+    "this walk";
+
 // Why a token with bytes is wrongly allowed or refused after `output`.
 inline std::string token_mistake(const Grammar& g, const TokenVocabulary& v,
                                  const std::string& output, TokenId t, bool allowed) {
@@ -79,7 +85,8 @@ inline std::string token_mistake(const Grammar& g, const TokenVocabulary& v,
     if (!allowed) {
         return where + " is refused, but all of its bytes continue the language: the walk must "
                        "visit every node whose bytes some stack takes (skip a subtree only when "
-                       "no stack takes its first byte, or none can take a byte after it)";
+                       "no stack takes its first byte, or none can take a byte after it)" +
+               kStaleStacks;
     }
     PrefixContinuations continuations(g, output);
     size_t k = 0;
@@ -89,9 +96,10 @@ inline std::string token_mistake(const Grammar& g, const TokenVocabulary& v,
         "{} is allowed, but its byte {} of {} ({}) leaves the language{}: a token is allowed "
         "only when every one of its bytes is taken, so a node's tokens count only if some stack "
         "took the node's own byte, and the walk goes below a node only with the stacks that "
-        "byte left",
+        "byte left{}",
         where, k, bytes.size(), shown_bytes(bytes.substr(k, 1)),
-        after_sentence ? " (the bytes before it end the sentence: nothing may follow)" : "");
+        after_sentence ? " (the bytes before it end the sentence: nothing may follow)" : "",
+        kStaleStacks);
 }
 
 // "" when `got` equals `want`, the definition after `output`; else the

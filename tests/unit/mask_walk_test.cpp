@@ -50,7 +50,7 @@ void expect_walk_mask(const GrammarMatcher& m, const std::string& output,
     m.fill_next_token_bitmask_by_walk(mask);
     const std::string mistake = test::mask_mistake(m.compiled().grammar(),
                                                    m.compiled().vocabulary(), output, mask, want);
-    ASSERT_EQ(mistake, "") << where;
+    ASSERT_TRUE(mistake.empty()) << mistake << "; " << where;
 }
 void expect_walk_mask(const GrammarMatcher& m, const std::string& output,
                       const std::string& where) {
@@ -66,7 +66,7 @@ void expect_cached_mask(const GrammarMatcher& m, const std::string& output,
     m.fill_next_token_bitmask(mask);
     const std::string mistake = test::mask_mistake(m.compiled().grammar(),
                                                    m.compiled().vocabulary(), output, mask, want);
-    ASSERT_EQ(mistake, "") << "the cached mask (its entries were built by your walk_token_trie): "
+    ASSERT_TRUE(mistake.empty()) << mistake << "; " << "the cached mask (its entries were built by your walk_token_trie): "
                            << where;
 }
 void expect_cached_mask(const GrammarMatcher& m, const std::string& output,
@@ -235,7 +235,7 @@ TEST(MaskWalk, ClearsTheMaskAndReusesItsScratch) {
             for (const TokenId t : vocabulary->end_tokens) mask.set(t);
         }
         const std::string mistake = test::mask_mistake(g, *vocabulary, output, mask);
-        ASSERT_EQ(mistake, "") << "fill_mask_by_walk with one scratch for every call (clear the "
+        ASSERT_TRUE(mistake.empty()) << mistake << "; " << "fill_mask_by_walk with one scratch for every call (clear the "
                                   "mask first; start each walk afresh from the given stacks)";
     }
 }

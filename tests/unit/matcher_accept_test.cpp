@@ -124,8 +124,7 @@ TEST(MatcherAccept, TakesATokenExactlyWhenAllItsBytesContinue) {
             const Walk next = walk_forward(m, 1, random.engine(), output);
             if (next.tokens.empty()) break;
             output = next.outputs.back();
-            ASSERT_EQ(state_difference(m, output), "")
-                << "after accept_token the matcher must stand after all of the token's bytes";
+            ASSERT_TRUE(state_difference(m, output).empty()) << state_difference(m, output) << "; " << "after accept_token the matcher must stand after all of the token's bytes";
         }
     }
 }
@@ -144,8 +143,7 @@ TEST(MatcherAccept, ARefusedTokenChangesNothing) {
         ++refused;
         ASSERT_FALSE(m.accept_token(t)) << test::token_mistake(compiled->grammar(), v, output, t, true);
         ASSERT_EQ(m.num_tokens(), int32_t(walk.tokens.size()));
-        ASSERT_EQ(state_difference(m, output), "")
-            << "after refusing " << test::shown_token(v, t)
+        ASSERT_TRUE(state_difference(m, output).empty()) << state_difference(m, output) << "; " << "after refusing " << test::shown_token(v, t)
             << ", the matcher changed: a refused token must change nothing (build the new "
                "state beside the current one; push it only when the bytes were all taken)";
     }
@@ -199,12 +197,11 @@ TEST(MatcherAccept, AcceptBytesMovesTheStateButIsNotAToken) {
         output += next;
         ASSERT_EQ(m.num_tokens(), tokens) << "accept_bytes is not a token: num_tokens() must "
                                              "not change (replace the current state's stacks)";
-        ASSERT_EQ(state_difference(m, output), "") << "after accept_bytes";
+        ASSERT_TRUE(state_difference(m, output).empty()) << state_difference(m, output) << "; " << "after accept_bytes";
     }
     if (tokens > 0) {
         m.rollback(1);
-        EXPECT_EQ(state_difference(m, walk.outputs[walk.outputs.size() - 2]), "")
-            << "rollback(1) after a token and then bytes must undo both: the bytes belong to the "
+        EXPECT_TRUE(state_difference(m, walk.outputs[walk.outputs.size() - 2]).empty()) << state_difference(m, walk.outputs[walk.outputs.size() - 2]) << "; " << "rollback(1) after a token and then bytes must undo both: the bytes belong to the "
                "state after that token";
     }
 }
@@ -224,8 +221,7 @@ TEST(MatcherRollback, ReturnsToEachEarlierStateExactly) {
             m.rollback(n);
             const int32_t k = before - n;
             ASSERT_EQ(m.num_tokens(), k) << "rollback(" << n << ") after " << before << " tokens";
-            ASSERT_EQ(state_difference(m, walk.outputs[size_t(k)]), "")
-                << "after rollback(" << n << ") from " << before << " tokens to " << k
+            ASSERT_TRUE(state_difference(m, walk.outputs[size_t(k)]).empty()) << state_difference(m, walk.outputs[size_t(k)]) << "; " << "after rollback(" << n << ") from " << before << " tokens to " << k
                 << ": rollback must return to exactly the state after token " << k
                 << " (the newest states go; those before must be as they were when saved); "
                 << random.trace();
@@ -235,8 +231,7 @@ TEST(MatcherRollback, ReturnsToEachEarlierStateExactly) {
                                            walk.outputs.back());
             walk.tokens.insert(walk.tokens.end(), more.tokens.begin(), more.tokens.end());
             walk.outputs.insert(walk.outputs.end(), more.outputs.begin() + 1, more.outputs.end());
-            ASSERT_EQ(state_difference(m, walk.outputs.back()), "")
-                << "walking on after rollback(" << n << ")";
+            ASSERT_TRUE(state_difference(m, walk.outputs.back()).empty()) << state_difference(m, walk.outputs.back()) << "; " << "walking on after rollback(" << n << ")";
         }
     }
 }
@@ -248,12 +243,12 @@ TEST(MatcherRollback, RollingBackEverythingReturnsToTheStart) {
     const Walk walk = walk_forward(m, 8, random.engine());
     m.rollback(0);
     EXPECT_EQ(m.num_tokens(), int32_t(walk.tokens.size())) << "rollback(0) changes nothing";
-    EXPECT_EQ(state_difference(m, walk.outputs.back()), "") << "rollback(0) changes nothing";
+    EXPECT_TRUE(state_difference(m, walk.outputs.back()).empty()) << state_difference(m, walk.outputs.back()) << "; " << "rollback(0) changes nothing";
     m.rollback(m.num_tokens());
     EXPECT_EQ(m.num_tokens(), 0);
-    EXPECT_EQ(state_difference(m, ""), "") << "rollback(num_tokens()) returns to the start";
+    EXPECT_TRUE(state_difference(m, "").empty()) << state_difference(m, "") << "; " << "rollback(num_tokens()) returns to the start";
     const Walk again = walk_forward(m, 5, random.engine());
-    EXPECT_EQ(state_difference(m, again.outputs.back()), "") << "walking again from the start";
+    EXPECT_TRUE(state_difference(m, again.outputs.back()).empty()) << state_difference(m, again.outputs.back()) << "; " << "walking again from the start";
 }
 
 TEST(MatcherRollback, ForksAreIndependent) {
@@ -265,10 +260,10 @@ TEST(MatcherRollback, ForksAreIndependent) {
     const Walk mine = walk_forward(m, 4, random.engine(), shared.outputs.back());
     fork.rollback(2);
     const Walk theirs = walk_forward(fork, 4, random.engine(), shared.outputs[3]);
-    EXPECT_EQ(state_difference(m, mine.outputs.back()), "") << "the original after its fork moved";
-    EXPECT_EQ(state_difference(fork, theirs.outputs.back()), "") << "the fork";
+    EXPECT_TRUE(state_difference(m, mine.outputs.back()).empty()) << state_difference(m, mine.outputs.back()) << "; " << "the original after its fork moved";
+    EXPECT_TRUE(state_difference(fork, theirs.outputs.back()).empty()) << state_difference(fork, theirs.outputs.back()) << "; " << "the fork";
     m.rollback(m.num_tokens() - 5);
-    EXPECT_EQ(state_difference(m, shared.outputs.back()), "") << "rollback to the fork point";
+    EXPECT_TRUE(state_difference(m, shared.outputs.back()).empty()) << state_difference(m, shared.outputs.back()) << "; " << "rollback to the fork point";
 }
 
 }  // namespace
