@@ -10,8 +10,8 @@
 // matcher state, checks that they agree, and takes a token drawn uniformly
 // among the allowed ones, until the matcher terminates. Past
 // --soft-max-tokens a walk closes: it takes an end token when one is
-// allowed, else a token holding a closing byte (a quote or bracket) when
-// one is. Every mask is timed; the report gives p50 and p99 microseconds
+// allowed, else a token after which the output may end, else one holding a
+// closing byte (a quote or bracket). Every mask is timed; the report gives p50 and p99 microseconds
 // per mask each way, compile milliseconds each way and masks per second.
 //   servelab bench grammar --json                        data/schemas' sample, a regex
 //   servelab bench grammar --json-schema s.json --regex '[0-9]{3}' --cache off
@@ -47,10 +47,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The schemas a plain `bench grammar` measures: a small, a middling and a
-// large object schema from data/schemas (data/schemas/README.md).
-const char* const kDefaultSchemas[] = {"data/schemas/clasp.json", "data/schemas/lerna.json",
-                                       "data/schemas/dockerd.json"};
+// The schemas a plain `bench grammar` measures (data/schemas/README.md):
+// three that compile for the whole vocabulary in well under a second, one
+// of them with free strings (where a mask is costliest: nearly every token
+// may come next).
+const char* const kDefaultSchemas[] = {"data/schemas/bigquery-table.json",
+                                       "data/schemas/markdown-lint-check.json",
+                                       "data/schemas/pre-commit-hooks.json"};
 // And one regex: a dated log line.
 const char* const kDefaultRegex = R"(\d{4}-\d{2}-\d{2} (INFO|WARN|ERROR) [a-z]+( [a-z]+){0,5}\.)";
 
@@ -60,7 +63,7 @@ struct BenchGrammarOptions {
     std::vector<std::string> regexes;
     std::string cache = "both";  // on, off, both
     int64_t vocab_size = 0;      // 0: the whole vocabulary
-    int64_t walks = 4;
+    int64_t walks = 2;
     int64_t soft_max_tokens = 64;
     int64_t max_tokens = 512;
     uint64_t seed = 1;
@@ -79,6 +82,7 @@ struct GrammarTimes {
     std::vector<double> cached_us, walk_us;  // one per mask
     int64_t tokens = 0, finished = 0, allowed_sum = 0;
     std::vector<std::string> outputs;
+    nlohmann::json cache_entries;  // what the cache holds (cache_entries_report)
 };
 
 std::string read_file(const std::string& path) {
@@ -124,6 +128,29 @@ double milliseconds_since(Clock::time_point start) {
     return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+// What the mask cache holds, over the grammar's byte positions: how many
+// tokens each entry accepts outright and how many it leaves to be checked
+// at run time (the context-dependent ones, XGrammar's few).
+nlohmann::json cache_entries_report(const CompiledGrammar& compiled) {
+    const Grammar& grammar = compiled.grammar();
+    int64_t positions = 0, accepted = 0, dependent = 0, max_dependent = 0, refined = 0;
+    for (int32_t e = 0; e < int32_t(grammar.num_elements()); ++e) {
+        if (grammar.element(e).kind != GrammarElement::Kind::kBytes) continue;
+        const PositionMasks& entry = compiled.position_masks(e);
+        ++positions;
+        accepted += entry.accepted.count();
+        dependent += int64_t(entry.dependent.size());
+        max_dependent = std::max(max_dependent, int64_t(entry.dependent.size()));
+        refined += int64_t(entry.refined.size());
+    }
+    const double n = positions > 0 ? double(positions) : 1.0;
+    return {{"positions", positions},
+            {"accepted_mean", double(accepted) / n},
+            {"dependent_mean", double(dependent) / n},
+            {"dependent_max", max_dependent},
+            {"refined_entries", refined}};
+}
+
 std::shared_ptr<const CompiledGrammar> timed_compile(
     const Grammar& grammar, const std::shared_ptr<const TokenVocabulary>& vocabulary,
     bool mask_cache, double& ms) {
@@ -144,21 +171,31 @@ double timed_mask(const GrammarMatcher& matcher, TokenBitmask& mask,
     return milliseconds_since(start) * 1000;
 }
 
-// A token drawn uniformly among those `mask` allows; closing, among the end
-// tokens if any is allowed, else among those holding a closing byte if any.
-TokenId draw_token(const TokenBitmask& mask, const TokenVocabulary& vocabulary, bool closing,
+// A token drawn uniformly among those `mask` allows. Closing, among the
+// first non-empty of: the end tokens allowed; the tokens after which the
+// output may end (tried on a fork); those holding a closing byte (a quote or
+// a bracket); all allowed.
+TokenId draw_token(const TokenBitmask& mask, const GrammarMatcher& matcher, bool closing,
                    std::mt19937_64& rng) {
-    std::vector<TokenId> allowed, ends, closers;
+    const TokenVocabulary& vocabulary = matcher.compiled().vocabulary();
+    std::vector<TokenId> allowed, ends, enders, closers;
+    GrammarMatcher trial = matcher.fork();  // tries each token, then gives it back
     for (TokenId t = 0; t < mask.size(); ++t) {
         if (!mask.test(t)) continue;
         allowed.push_back(t);
+        if (!closing) continue;
         const std::string& bytes = vocabulary.token_bytes[size_t(t)];
-        if (bytes.empty()) ends.push_back(t);
+        if (bytes.empty()) ends.push_back(t);  // the mask allows no other token without bytes
         if (bytes.find_first_of("\"}]") != std::string::npos) closers.push_back(t);
+        if (!bytes.empty() && trial.accept_token(t)) {
+            if (trial.can_terminate()) enders.push_back(t);
+            trial.rollback(1);
+        }
     }
-    const std::vector<TokenId>& pool =
-        !closing ? allowed : !ends.empty() ? ends : !closers.empty() ? closers : allowed;
-    return pool[size_t(rng() % pool.size())];
+    for (const std::vector<TokenId>* pool : {&ends, &enders, &closers, &allowed}) {
+        if (!pool->empty()) return (*pool)[size_t(rng() % pool->size())];
+    }
+    throw Error("bench grammar: a mask allows no token");
 }
 
 // One walk from the start until the matcher terminates (or max_tokens).
@@ -186,8 +223,7 @@ void run_walk(const std::shared_ptr<const CompiledGrammar>& compiled,
         }
         const TokenBitmask& mask = with_cache ? cached : walked;
         times.allowed_sum += mask.count();
-        if (mask.count() == 0) throw Error("bench grammar: a mask allows no token");
-        const TokenId token = draw_token(mask, vocabulary, step >= opts.soft_max_tokens, rng);
+        const TokenId token = draw_token(mask, matcher, step >= opts.soft_max_tokens, rng);
         if (!matcher.accept_token(token)) {
             throw Error(fmt::format("bench grammar: the matcher refused token {}, which its "
                                     "mask allowed", token));
@@ -214,6 +250,7 @@ GrammarTimes measure(const NamedGrammar& named,
     std::shared_ptr<const CompiledGrammar> compiled = walked_only;
     if (opts.cache != "off") {
         compiled = timed_compile(named.grammar, vocabulary, true, times.compile_cached_ms);
+        times.cache_entries = cache_entries_report(*compiled);
     }
     std::mt19937_64 rng(seed);
     for (int64_t w = 0; w < opts.walks; ++w) run_walk(compiled, opts, rng, times);
@@ -254,6 +291,7 @@ nlohmann::json grammar_report(const NamedGrammar& named, const GrammarTimes& t,
     if (opts.cache != "off") {
         row["compile_ms_cached"] = t.compile_cached_ms;
         row["cached"] = mask_stats(t.cached_us);
+        row["cache_entries"] = t.cache_entries;
     }
     if (opts.cache != "on") {
         row["compile_ms_plain"] = t.compile_plain_ms;
