@@ -74,6 +74,7 @@ goldens: setup
 	@.venv/bin/python tools/goldens/make_llamacpp_goldens.py
 	@.venv/bin/python tools/goldens/make_dequant_goldens.py
 	@.venv/bin/python tools/goldens/make_chat_template_goldens.py
+	@.venv/bin/python tools/goldens/make_regex_goldens.py
 
 # Grade a lab: make grade LAB=1 (builds the lab, runs its tests and its
 # throughput case against the reference, writes labs/labNN_<name>/results.json).

@@ -23,11 +23,13 @@ namespace {
 constexpr int kMaxGroupDepth = 100;  // a deeper nest would only exhaust the parser's stack
 
 bool is_name_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
 }
 
-bool is_newline(char c) { return c == '\n' || c == '\r'; }
+bool is_newline(char c) {
+    return c == '\n' || c == '\r';
+}
 
 // A repetition with no upper bound, kept so that one whose item can match
 // "" (it would loop without reading anything) is reported where it stands.
@@ -66,8 +68,7 @@ class GbnfParser {
     void parse_any_char(DraftSequence& out);
     void parse_group(DraftSequence& out);
     void parse_reference(DraftSequence& out);
-    [[noreturn]] void report_left_recursion(const std::vector<int32_t>& cycle,
-                                            size_t offset) const;
+    [[noreturn]] void report_left_recursion(const std::vector<int32_t>& cycle, size_t offset) const;
 
     SourceCursor source_;
     DraftRules draft_;
@@ -189,6 +190,7 @@ bool GbnfParser::parse_postfix(DraftSequence& out, size_t item_start, bool neste
     const size_t at = source_.offset();
     int min_count = 0, max_count = -1;
     if (source_.take("*")) {
+        min_count = 0;  // and no upper bound
     } else if (source_.take("+")) {
         min_count = 1;
     } else if (source_.take("?")) {
@@ -238,8 +240,8 @@ int GbnfParser::parse_count() {
     const int64_t count = source_.take_number(kMaxGbnfRepetition);
     if (count < 0) source_.fail("expected a number in the repetition count");
     if (count > kMaxGbnfRepetition) {
-        source_.fail(start, fmt::format("a repetition count over the limit of {}",
-                                        kMaxGbnfRepetition));
+        source_.fail(start,
+                     fmt::format("a repetition count over the limit of {}", kMaxGbnfRepetition));
     }
     return int(count);
 }
@@ -250,8 +252,9 @@ void GbnfParser::parse_literal(DraftSequence& out) {
     std::string bytes;
     while (!source_.take("\"")) {
         if (source_.at_end() || is_newline(source_.peek())) {
-            source_.fail(start, "unterminated literal (a literal ends on its own line; write \\n "
-                                "for a newline)");
+            source_.fail(start,
+                         "unterminated literal (a literal ends on its own line; write \\n "
+                         "for a newline)");
         }
         const size_t char_start = source_.offset();
         if (source_.peek() == '\\') {
@@ -283,8 +286,8 @@ void GbnfParser::parse_class(DraftSequence& out) {
             }
             high = parse_class_char();
             if (high < low) {
-                source_.fail(range_start, fmt::format("the range U+{:04X}-U+{:04X} runs backwards",
-                                                      low, high));
+                source_.fail(range_start,
+                             fmt::format("the range U+{:04X}-U+{:04X} runs backwards", low, high));
             }
         }
         ranges.push_back({low, high});
@@ -303,24 +306,21 @@ uint32_t GbnfParser::parse_class_char() {
 uint32_t GbnfParser::parse_escape() {
     const size_t start = source_.offset();
     source_.skip();  // '\'
-    const char c = source_.peek();
     if (source_.at_end()) source_.fail(start, "a '\\' at the end of the text");
+    const char c = source_.peek();
     const std::string shown = source_.shown_next();
     source_.skip();
-    uint32_t codepoint = 0;
-    switch (c) {
-        case 'n': return '\n';
-        case 'r': return '\r';
-        case 't': return '\t';
-        case '\\': case '"': case '[': case ']': case '-': case '^': return uint8_t(c);
-        case 'x': codepoint = source_.take_hex(2, "\\x"); break;
-        case 'u': codepoint = source_.take_hex(4, "\\u"); break;
-        case 'U': codepoint = source_.take_hex(8, "\\U"); break;
-        default: source_.fail(start, fmt::format("unknown escape: '\\' before {}", shown));
-    }
+    if (c == 'n') return '\n';
+    if (c == 'r') return '\r';
+    if (c == 't') return '\t';
+    if (std::string_view("\\\"[]-^").find(c) != std::string_view::npos) return uint8_t(c);
+    const int num_digits = c == 'x' ? 2 : c == 'u' ? 4 : c == 'U' ? 8 : 0;
+    if (num_digits == 0) source_.fail(start, fmt::format("unknown escape: '\\' before {}", shown));
+    const uint32_t codepoint = source_.take_hex(num_digits, std::string("\\") + c);
     if (codepoint > kMaxCodepoint || (codepoint >= 0xD800 && codepoint <= 0xDFFF)) {
         source_.fail(start, fmt::format("the escape names U+{:04X}, which is not a character "
-                                        "UTF-8 can carry", codepoint));
+                                        "UTF-8 can carry",
+                                        codepoint));
     }
     return codepoint;
 }
@@ -370,8 +370,9 @@ void GbnfParser::check_defined() const {
         if (!undefined || first_use_.at(r) < first_use_.at(*undefined)) undefined = r;
     }
     if (undefined) {
-        source_.fail(first_use_.at(*undefined),
-                     fmt::format("rule '{}' is used here but never defined", draft_.name(*undefined)));
+        source_.fail(
+            first_use_.at(*undefined),
+            fmt::format("rule '{}' is used here but never defined", draft_.name(*undefined)));
     }
 }
 
@@ -398,20 +399,18 @@ void GbnfParser::check_repeated_items() const {
     }
 }
 
-// A rule that can begin with itself (through rules that may match "") would
-// make a pushdown matcher expand it forever. Depth-first search over "may
-// begin with" edges, with an explicit stack (a long chain of rules must not
-// exhaust the call stack); a back edge closes a cycle, reported at the
-// reference that closes it, naming the source's rules on the way.
-void GbnfParser::check_left_recursion() const {
-    struct Edge {
-        int32_t to;
-        size_t offset;
-    };
-    const std::vector<bool> nullable = draft_.nullable_rules();
-    std::vector<std::vector<Edge>> edges(draft_.num_rules());
-    for (int32_t r = 0; r < int32_t(draft_.num_rules()); ++r) {
-        for (const DraftSequence& alternative : draft_.alternatives(r)) {
+// An edge of "rule A may begin with rule B": a reference to B at `offset`
+// in one of A's alternatives, after nothing but rules that may match "".
+struct BeginsWith {
+    int32_t to;
+    size_t offset;
+};
+
+std::vector<std::vector<BeginsWith>> may_begin_with(const DraftRules& draft) {
+    const std::vector<bool> nullable = draft.nullable_rules();
+    std::vector<std::vector<BeginsWith>> edges(draft.num_rules());
+    for (int32_t r = 0; r < int32_t(draft.num_rules()); ++r) {
+        for (const DraftSequence& alternative : draft.alternatives(r)) {
             for (const DraftSymbol& s : alternative) {
                 if (s.symbol.kind == GrammarSymbol::Kind::kBytes) break;
                 edges[size_t(r)].push_back({s.symbol.rule, s.offset});
@@ -419,6 +418,16 @@ void GbnfParser::check_left_recursion() const {
             }
         }
     }
+    return edges;
+}
+
+// A rule that can begin with itself (through rules that may match "") would
+// make a pushdown matcher expand it forever. Depth-first search over "may
+// begin with" edges, with an explicit stack (a long chain of rules must not
+// exhaust the call stack); a back edge closes a cycle, reported at the
+// reference that closes it, naming the source's rules on the way.
+void GbnfParser::check_left_recursion() const {
+    const std::vector<std::vector<BeginsWith>> edges = may_begin_with(draft_);
     enum : uint8_t { kUnseen, kOnPath, kDone };
     std::vector<uint8_t> state(draft_.num_rules(), kUnseen);
     struct Frame {
@@ -436,7 +445,7 @@ void GbnfParser::check_left_recursion() const {
                 path.pop_back();
                 continue;
             }
-            const Edge edge = edges[size_t(top.rule)][top.next_edge++];
+            const BeginsWith edge = edges[size_t(top.rule)][top.next_edge++];
             if (state[size_t(edge.to)] == kOnPath) {
                 std::vector<int32_t> cycle;
                 for (const Frame& f : path) {
@@ -463,6 +472,11 @@ void GbnfParser::report_left_recursion(const std::vector<int32_t>& cycle, size_t
         for (const int32_t r : cycle) names.push_back(draft_.name(r));
     }
     names.push_back(names.front());
+    if (names.size() > 12) {  // a one-line message, however long the cycle
+        const size_t num_left_out = names.size() - 10;
+        names.erase(names.begin() + 5, names.end() - 5);
+        names.insert(names.begin() + 5, fmt::format("... ({} more)", num_left_out));
+    }
     source_.fail(offset, fmt::format("rule '{}' is left-recursive ({}): it can begin with itself, "
                                      "which a pushdown matcher would expand forever; write the "
                                      "repetition with * or + instead",
@@ -470,10 +484,10 @@ void GbnfParser::report_left_recursion(const std::vector<int32_t>& cycle, size_t
 }
 
 void GbnfParser::add_to(GrammarBuilder& builder) const {
-    for (const auto& [rule, start] : defined_at_) {
-        const std::string& name = draft_.name(rule);
-        if (builder.has_rule(name) && builder.defined(builder.rule(name))) {
-            source_.fail(start, fmt::format("rule '{}' is already defined", name));
+    for (int32_t r = 0; r < int32_t(draft_.num_rules()); ++r) {
+        const std::string& name = draft_.name(r);
+        if (defined_at_.count(r) && builder.has_rule(name) && builder.defined(builder.rule(name))) {
+            source_.fail(defined_at_.at(r), fmt::format("rule '{}' is already defined", name));
         }
     }
     draft_.add_to(builder);

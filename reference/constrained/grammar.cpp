@@ -3,31 +3,39 @@
 
 #include <fmt/format.h>
 
-#include <functional>
-
 namespace servelab {
 namespace {
 
 using Alternatives = std::vector<std::vector<std::vector<GrammarSymbol>>>;
 
-// Which rules match "": the least fixed point (a rule is nullable when one
-// of its alternatives holds only nullable rules).
+// Which rules match "": the least fixed point, by a worklist so that it
+// takes linear time even on a long chain of rules. An alternative matches
+// "" once all its symbols do; count down the ones not yet known to (a byte
+// set never will), and visit a rule's users once, when it is found nullable.
 std::vector<bool> nullable_rules(const Alternatives& rules) {
-    std::vector<bool> nullable(rules.size(), false);
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (size_t r = 0; r < rules.size(); ++r) {
-            if (nullable[r]) continue;
-            for (const auto& alternative : rules[r]) {
-                bool all = true;
-                for (const GrammarSymbol& s : alternative) {
-                    all = all && s.kind == GrammarSymbol::Kind::kRule && nullable[size_t(s.rule)];
-                }
-                if (all) {
-                    nullable[r] = changed = true;
-                    break;
-                }
+    struct Use {
+        size_t rule, alternative;
+    };
+    std::vector<std::vector<Use>> uses(rules.size());
+    std::vector<std::vector<size_t>> pending(rules.size());
+    std::vector<size_t> found;
+    for (size_t r = 0; r < rules.size(); ++r) {
+        for (size_t a = 0; a < rules[r].size(); ++a) {
+            pending[r].push_back(rules[r][a].size());
+            if (rules[r][a].empty()) found.push_back(r);
+            for (const GrammarSymbol& s : rules[r][a]) {
+                if (s.kind == GrammarSymbol::Kind::kRule) uses[size_t(s.rule)].push_back({r, a});
             }
+        }
+    }
+    std::vector<bool> nullable(rules.size(), false);
+    while (!found.empty()) {
+        const size_t rule = found.back();
+        found.pop_back();
+        if (nullable[rule]) continue;
+        nullable[rule] = true;
+        for (const Use& use : uses[rule]) {
+            if (--pending[use.rule][use.alternative] == 0) found.push_back(use.rule);
         }
     }
     return nullable;
@@ -50,34 +58,45 @@ std::vector<std::vector<int32_t>> leftmost_references(const Alternatives& rules,
     return edges;
 }
 
-// Throws naming the first left-recursive cycle found (depth-first search).
+// Throws naming the first left-recursive cycle found: a depth-first search
+// with an explicit stack (a long chain of rules must not exhaust the call
+// stack), where an edge back to a rule on the path closes a cycle.
 void refuse_left_recursion(const std::vector<std::vector<int32_t>>& edges,
                            const std::vector<std::string>& names) {
     enum : uint8_t { kUnseen, kOnPath, kDone };
     std::vector<uint8_t> state(edges.size(), kUnseen);
-    std::vector<int32_t> path;
-    std::function<void(int32_t)> visit = [&](int32_t r) {
-        state[size_t(r)] = kOnPath;
-        path.push_back(r);
-        for (const int32_t next : edges[size_t(r)]) {
+    struct Frame {
+        int32_t rule;
+        size_t next_edge;
+    };
+    for (size_t start = 0; start < edges.size(); ++start) {
+        if (state[start] != kUnseen) continue;
+        std::vector<Frame> path = {{int32_t(start), 0}};
+        state[start] = kOnPath;
+        while (!path.empty()) {
+            Frame& top = path.back();
+            if (top.next_edge == edges[size_t(top.rule)].size()) {
+                state[size_t(top.rule)] = kDone;
+                path.pop_back();
+                continue;
+            }
+            const int32_t next = edges[size_t(top.rule)][top.next_edge++];
             if (state[size_t(next)] == kOnPath) {
                 std::string cycle;
                 bool in_cycle = false;
-                for (const int32_t p : path) {
-                    in_cycle = in_cycle || p == next;
-                    if (in_cycle) cycle += names[size_t(p)] + " -> ";
+                for (const Frame& f : path) {
+                    in_cycle = in_cycle || f.rule == next;
+                    if (in_cycle) cycle += names[size_t(f.rule)] + " -> ";
                 }
                 throw GrammarError(fmt::format(
                     "grammar rule '{}' is left-recursive ({}{}); rewrite it with repetition",
                     names[size_t(next)], cycle, names[size_t(next)]));
             }
-            if (state[size_t(next)] == kUnseen) visit(next);
+            if (state[size_t(next)] == kUnseen) {
+                state[size_t(next)] = kOnPath;
+                path.push_back({next, 0});
+            }
         }
-        path.pop_back();
-        state[size_t(r)] = kDone;
-    };
-    for (size_t r = 0; r < edges.size(); ++r) {
-        if (state[r] == kUnseen) visit(int32_t(r));
     }
 }
 

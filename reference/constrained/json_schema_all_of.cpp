@@ -68,6 +68,10 @@ void expand_parts(const JsonSchemaConverter& converter, const json& schema, cons
         return;
     }
     check_schema_keywords(schema, path);
+    if (out.size() >= kMaxSchemaAlternatives) {  // a web of allOf and $ref fanning out
+        throw_schema_error(path, fmt::format("allOf and $ref make over {} parts to merge",
+                                             kMaxSchemaAlternatives));
+    }
     json rest = schema;
     if (rest.contains("allOf")) {
         const json parts = rest["allOf"];

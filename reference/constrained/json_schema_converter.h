@@ -97,8 +97,9 @@ class JsonSchemaConverter {
     int32_t format_rule(const std::string& format, const std::string& path);
 
     // A JSON string, quotes included, whose value is none of `names` (the
-    // names of an object's extra properties).
-    int32_t key_other_than_rule(const std::vector<std::string>& names, const std::string& path);
+    // name of an object's extra property): one that starts with a character
+    // none of them starts with (json_schema_strings.cpp says why).
+    int32_t extra_key_rule(const std::vector<std::string>& names, const std::string& path);
 
     // The schema a local $ref points to ("#", "#/$defs/x", any "#/..." pointer).
     const nlohmann::ordered_json& resolve_ref(const nlohmann::ordered_json& ref,

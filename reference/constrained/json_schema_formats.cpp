@@ -1,5 +1,5 @@
 // json_schema_formats.cpp — the string formats a schema may ask for, as
-// grammar rules: date, time, date-time (RFC 3339), email, uuid.
+// grammar rules: date, time, date-time (RFC 3339), email, uuid, uri.
 //
 // Lab 12 (chapter 11.6, constrained decoding); support, not the exercise.
 // Exact where the format is exact: a date is a real day of the Gregorian
@@ -10,8 +10,11 @@
 // dot-atom local part (letters, digits and !#$%&'*+/=?^_`{|}~-, dots
 // between runs of them) "@" a domain of at least two dot-separated labels
 // (letters, digits, inner hyphens); no quoted local parts, IP literals or
-// length limits. A uuid is 8-4-4-4-12 hex digits, either case.
-// Other formats (uri, hostname, ipv4, ...) are refused, not ignored.
+// length limits. A uuid is 8-4-4-4-12 hex digits, either case. A uri is
+// RFC 3986's scheme "://" authority path ["?" query] ["#" fragment], with a
+// host of unreserved characters and %HH (no user info, no IP literal) and
+// an optional port. Other formats (hostname, ipv4, uri-reference, ...) are
+// refused, not ignored.
 #include <fmt/format.h>
 
 #include "reference/constrained/json_schema_converter.h"
@@ -53,7 +56,6 @@ int32_t date_rule(JsonSchemaConverter& c, const std::string& path) {
     const int32_t month_31 =
         c.new_rule(path, "month31", {lit("0") + any_of("13578"), lit("1") + any_of("02")});
     const int32_t month_30 = c.new_rule(path, "month30", {lit("0") + any_of("469"), lit("11")});
-    const GrammarSymbols day_1_28 = d('0', '0') + d('1', '9');
     const int32_t day_28 =
         c.new_rule(path, "day28", {lit("0") + d('1', '9'), lit("1") + d(), lit("2") + d('0', '8')});
     const int32_t day_30 =
@@ -115,6 +117,44 @@ int32_t email_rule(JsonSchemaConverter& c, const std::string& path) {
     return c.new_rule(path, "email", {ref(local) + lit("@") + ref(label) + lit(".") + ref(labels)});
 }
 
+// `item` repeated, zero or more times: rest ::= "" | item rest.
+int32_t repeated(JsonSchemaConverter& c, const std::string& path, const std::string& what,
+                 const std::vector<GrammarSymbols>& items) {
+    const int32_t rest = c.builder().fresh_rule(JsonSchemaConverter::rule_name(path, what));
+    c.builder().add_alternative(rest, {});
+    for (const GrammarSymbols& item : items) c.builder().add_alternative(rest, item + ref(rest));
+    c.check_rule_count(path);
+    return rest;
+}
+
+// scheme "://" host [":" port] path ["?" query] ["#" fragment] (RFC 3986's
+// characters: unreserved, %HH, sub-delims, ":" and "@" in the path).
+int32_t uri_rule(JsonSchemaConverter& c, const std::string& path) {
+    ByteSet alpha;
+    alpha.add_range('a', 'z');
+    alpha.add_range('A', 'Z');
+    const ByteSet unreserved =
+        one_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~");
+    const GrammarSymbols percent =
+        lit("%") + any_of("0123456789abcdefABCDEF") + any_of("0123456789abcdefABCDEF");
+    const GrammarSymbols pchar =
+        any_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=:@");
+    const int32_t scheme_rest =
+        repeated(c, path, "scheme",
+                 {any_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-.")});
+    const int32_t host_rest = repeated(c, path, "host", {bytes_of(unreserved), percent});
+    const int32_t port = c.new_rule(
+        path, "port", {{}, lit(":") + d() + ref(repeated(c, path, "port-digits", {d()}))});
+    const int32_t segment = repeated(c, path, "segment", {pchar, percent});
+    const int32_t segments = repeated(c, path, "path", {lit("/") + ref(segment)});
+    const int32_t query_chars = repeated(c, path, "query", {pchar, percent, any_of("/?")});
+    const int32_t query = c.new_rule(path, "query-part", {{}, lit("?") + ref(query_chars)});
+    const int32_t fragment = c.new_rule(path, "fragment", {{}, lit("#") + ref(query_chars)});
+    return c.new_rule(path, "uri",
+                      {bytes_of(alpha) + ref(scheme_rest) + lit("://") + bytes_of(unreserved) +
+                       ref(host_rest) + ref(port) + ref(segments) + ref(query) + ref(fragment)});
+}
+
 int32_t uuid_rule(JsonSchemaConverter& c, const std::string& path) {
     const ByteSet hex = one_of("0123456789abcdefABCDEF");
     GrammarSymbols symbols;
@@ -128,24 +168,30 @@ int32_t uuid_rule(JsonSchemaConverter& c, const std::string& path) {
 }  // namespace
 
 int32_t JsonSchemaConverter::format_rule(const std::string& format, const std::string& path) {
+    // Built once per format (a date's rules are the same everywhere).
+    const std::string key = "format:" + format;
+    if (shared_.count(key)) return shared_[key];
     int32_t body = kNoValue;
+    const std::string name = "format-" + format;  // the rules' names
     if (format == "date") {
-        body = date_rule(*this, path);
+        body = date_rule(*this, name);
     } else if (format == "time") {
-        body = time_rule(*this, path);
+        body = time_rule(*this, name);
     } else if (format == "date-time") {
-        const int32_t date = date_rule(*this, path);
-        body = new_rule(path, "date-time", {ref(date) + lit("T") + ref(time_rule(*this, path))});
+        const int32_t date = date_rule(*this, name);
+        body = new_rule(name, "", {ref(date) + lit("T") + ref(time_rule(*this, name))});
     } else if (format == "email") {
-        body = email_rule(*this, path);
+        body = email_rule(*this, name);
     } else if (format == "uuid") {
-        body = uuid_rule(*this, path);
+        body = uuid_rule(*this, name);
+    } else if (format == "uri") {
+        body = uri_rule(*this, name);
     } else {
         throw_schema_error(path, fmt::format("format '{}' is not supported (supported: date, "
-                                             "time, date-time, email, uuid)",
+                                             "time, date-time, email, uuid, uri)",
                                              format));
     }
-    return new_rule(path, "", {lit("\"") + ref(body) + lit("\"")});
+    return shared_[key] = named_rule("format-" + format, {lit("\"") + ref(body) + lit("\"")});
 }
 
 }  // namespace servelab

@@ -205,6 +205,8 @@ int32_t JsonSchemaConverter::enum_rule(const json& schema, const std::string& pa
     for (const json& value : values) {
         if (schema.contains("const") && value != schema["const"]) continue;
         if ((value_type_bit(value) & types) == 0) continue;
+        // 1.0 is an integer from draft 6 on, not in draft 4: leave it out.
+        if (value.is_number_float() && (types & kFractionType) == 0) continue;
         std::string text;
         try {
             text = value.dump();
@@ -294,7 +296,13 @@ int32_t add_json_schema_rule(GrammarBuilder& builder, const json& schema, const 
     // Declared first, so that it gets `hint` itself as its name.
     const int32_t rule = builder.fresh_rule(hint);
     JsonSchemaConverter converter(builder, schema);
-    const int32_t value = converter.value_rule(schema, "");
+    int32_t value = kNoValue;
+    try {
+        value = converter.value_rule(schema, "");
+    } catch (const nlohmann::ordered_json::exception& e) {
+        // A keyword of the wrong JSON type that no check above caught.
+        throw SchemaError(fmt::format("JSON schema: malformed ({})", e.what()), "");
+    }
     if (value == kNoValue) throw_schema_error("", "the schema validates no JSON value");
     builder.add_alternative(rule, ref(value));
     return rule;

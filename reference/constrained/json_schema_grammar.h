@@ -6,7 +6,7 @@
 // or a schema), enum, const, anyOf, oneOf, allOf, items / prefixItems (and
 // the older items-as-a-list with additionalItems), minItems / maxItems,
 // minLength / maxLength, pattern (regex_grammar.h), format (date, time,
-// date-time, email, uuid), minimum / maximum / exclusiveMinimum /
+// date-time, email, uuid, uri), minimum / maximum / exclusiveMinimum /
 // exclusiveMaximum for integers (draft 4's boolean exclusives too), $ref to
 // any "#/..." pointer ("#", "#/$defs/x", "#/definitions/x"; recursion
 // included, one rule per definition, built once). Annotations (title,
@@ -19,9 +19,10 @@
 //   - Properties come in the schema's order, each required one always, each
 //     optional one or not at all; extra properties (allowed unless
 //     additionalProperties is false, JSON Schema's default being true) come
-//     after the listed ones, are never named like a listed one, and their
-//     names are spelled without escapes until they differ from every listed
-//     name. Duplicate extra names are not prevented. OpenAI's strict mode
+//     after the listed ones, and start with a character no listed name
+//     starts with, so as never to be one (tracking whole names would make
+//     the mask cache walk the vocabulary once per character of every name).
+//     Duplicate extra names are not prevented. OpenAI's strict mode
 //     asks for additionalProperties: false on every object; without it a
 //     small model may well add properties.
 //   - Whitespace: none, one space, or one newline and up to 20 spaces or

@@ -7,14 +7,15 @@
 //
 // An object writes its properties in the schema's order: each required one
 // always, each optional one or nothing, then, unless additionalProperties is
-// false, any number of extra properties with names the schema does not list.
+// false, any number of extra properties, named so that they cannot be a
+// listed one (a first character no listed name starts with).
 // The grammar fixes that order (JSON objects are unordered, but a grammar
 // that allowed every order of n properties would need 2^n rules). The only
 // hard part is the commas: a member is preceded by one unless it is the
 // first written, and with optional members the first written is not known
-// in advance. So each position gets two rules: what may come once something
-// has been written (every member starts with ","), and what may come while
-// nothing has.
+// in advance. So each position gets two rules: which member comes next (the
+// comma, if any, already written), and what may come once something has
+// been written (the end, or a comma and the next member).
 //
 // An array is its prefix items in order (prefixItems, or items given as a
 // list before draft 2020-12), then any number of elements of the schema in
@@ -47,7 +48,8 @@ std::vector<std::string> required_names(const json& schema, const std::string& p
         if (!name.is_string()) {
             throw_schema_error(child_path(path, "required"), "must hold property names");
         }
-        names.push_back(name.get<std::string>());
+        const std::string text = name.get<std::string>();
+        if (std::find(names.begin(), names.end(), text) == names.end()) names.push_back(text);
     }
     return names;
 }
@@ -90,15 +92,18 @@ GrammarSymbols member_symbols(JsonSchemaConverter& converter, const GrammarSymbo
     return key + ref(ws) + lit(":") + ref(ws) + ref(value) + ref(ws);
 }
 
-// The extra properties, after the listed ones: (first, after) rules, as in
-// object_rule; both match "" when additionalProperties is false.
-std::pair<int32_t, int32_t> extra_member_rules(JsonSchemaConverter& converter, const json& schema,
-                                               const std::vector<ObjectMember>& members,
-                                               int32_t extra_value, const std::string& path) {
-    if (extra_value == kNoValue) {
-        const int32_t end = converter.new_rule(path, "end", {{}});
-        return {end, end};
-    }
+// The extra properties, after the listed ones: `pick` (an extra member and
+// what may follow it; kNoValue when additionalProperties is false) and
+// `after` (what may follow once something is written).
+struct ExtraMembers {
+    int32_t pick = kNoValue;
+    int32_t after = kNoValue;
+};
+
+ExtraMembers extra_member_rules(JsonSchemaConverter& converter, const json& schema,
+                                const std::vector<ObjectMember>& members, int32_t extra_value,
+                                const std::string& path) {
+    if (extra_value == kNoValue) return {kNoValue, converter.new_rule(path, "end", {{}})};
     std::vector<std::string> names;
     for (const ObjectMember& member : members) names.push_back(member.name);
     const json properties = schema.value("properties", json::object());
@@ -106,15 +111,15 @@ std::pair<int32_t, int32_t> extra_member_rules(JsonSchemaConverter& converter, c
         names.push_back(name);  // listed with the schema false: absent, and not extra either
     }
     const std::string extra_path = child_path(path, "additionalProperties");
-    const GrammarSymbols extra = member_symbols(
-        converter, ref(converter.key_other_than_rule(names, extra_path)), extra_value);
+    const GrammarSymbols extra =
+        member_symbols(converter, ref(converter.extra_key_rule(names, extra_path)), extra_value);
+    // after ::= "" | "," ws extra after
     const int32_t after =
         converter.builder().fresh_rule(JsonSchemaConverter::rule_name(path, "extra-after"));
     converter.builder().add_alternative(after, {});
     converter.builder().add_alternative(
         after, lit(",") + ref(converter.whitespace()) + extra + ref(after));
-    const int32_t first = converter.new_rule(path, "extra-first", {{}, extra + ref(after)});
-    return {first, after};
+    return {converter.new_rule(path, "extra", {extra + ref(after)}), after};
 }
 
 // What an array's elements are: the rules of the first few, and of every
@@ -149,37 +154,43 @@ ArrayItems array_items(JsonSchemaConverter& converter, const json& schema,
 int32_t JsonSchemaConverter::object_rule(const json& schema, const std::string& path) {
     // BEGIN SOLUTION lab12 (JsonSchemaConverter::object_rule)
     // HINT: object_members gives the members in schema order (nullopt: the object validates
-    // HINT: nothing: kNoValue); extra_member_rules the (first, after) pair for what follows
-    // HINT: the last member. Then from the last member back, two new rules per member:
-    // HINT: "after" (a member was written before, so this one starts with "," ws) and
-    // HINT: "first" (none was: no comma). A member that is not required may also be left
-    // HINT: out: after -> the next member's after, first -> the next member's first.
-    // HINT: member_symbols spells one member (json_string_literal its key). The object is
-    // HINT: "{" ws first "}".
+    // HINT: nothing: kNoValue); extra_member_rules the (pick, after) pair for the extra
+    // HINT: properties (pick is kNoValue when there are none). Then from the last member
+    // HINT: back, two new rules per member i: pick_i (the next member written, any comma
+    // HINT: already behind: member_i then after_{i+1}, or, if member_i is optional,
+    // HINT: pick_{i+1}) and after_i (once something was written: "," ws pick_i, or the end
+    // HINT: if no member from i on is required). member_symbols spells one member
+    // HINT: (json_string_literal its key). The object: "{" ws pick_0 "}", and "{" ws "}"
+    // HINT: when no member is required.
     const int32_t extra_value = value_rule(schema.value("additionalProperties", json(true)),
                                            child_path(path, "additionalProperties"));
     const std::optional<std::vector<ObjectMember>> members =
         object_members(*this, schema, extra_value, path);
     if (!members) return kNoValue;
-    // Built from the last member back. after: what may follow once a member
-    // has been written (each member then starts with ","); first: what may
-    // come while none has.
-    auto [first, after] = extra_member_rules(*this, schema, *members, extra_value, path);
+    // Built from the last member back, for members i..n:
+    //   pick_i  ::= member_i after_{i+1} | pick_{i+1}   (the second if member_i is optional)
+    //   after_i ::= "" | "," ws pick_i                   (the first if none left is required)
+    // pick: the next member written (a comma, if any, already behind);
+    // after: what may come once something has been written.
+    auto [pick, after] = extra_member_rules(*this, schema, *members, extra_value, path);
+    bool all_optional = true;  // no required member among i..n
     const int32_t ws = whitespace();
     for (size_t i = members->size(); i-- > 0;) {
         const ObjectMember& m = (*members)[i];
         const GrammarSymbols member =
             member_symbols(*this, lit(json_string_literal(m.name, path)), m.value);
-        std::vector<GrammarSymbols> after_alternatives = {lit(",") + ref(ws) + member + ref(after)};
-        std::vector<GrammarSymbols> first_alternatives = {member + ref(after)};
-        if (!m.required) {
-            after_alternatives.push_back(ref(after));
-            first_alternatives.push_back(ref(first));
-        }
+        std::vector<GrammarSymbols> pick_alternatives = {member + ref(after)};
+        if (!m.required && pick != kNoValue) pick_alternatives.push_back(ref(pick));
+        pick = new_rule(path, m.name + "-pick", pick_alternatives);
+        all_optional = all_optional && !m.required;
+        std::vector<GrammarSymbols> after_alternatives = {lit(",") + ref(ws) + ref(pick)};
+        if (all_optional) after_alternatives.push_back({});
         after = new_rule(path, m.name + "-after", after_alternatives);
-        first = new_rule(path, m.name + "-first", first_alternatives);
     }
-    return new_rule(path, "object", {lit("{") + ref(ws) + ref(first) + lit("}")});
+    std::vector<GrammarSymbols> alternatives;
+    if (all_optional) alternatives.push_back(lit("{") + ref(ws) + lit("}"));
+    if (pick != kNoValue) alternatives.push_back(lit("{") + ref(ws) + ref(pick) + lit("}"));
+    return new_rule(path, "object", alternatives);
     // END SOLUTION
 }
 

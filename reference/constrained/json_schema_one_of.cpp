@@ -26,6 +26,9 @@ namespace {
 using json = nlohmann::ordered_json;
 
 constexpr int kMaxLookDepth = 16;  // $ref chains followed; deeper means "any type"
+// Subschemas looked at for one oneOf, in all: past this (a hostile web of
+// $refs and anyOfs), every type is possible, so branches may overlap.
+constexpr int64_t kMaxLooks = 100000;
 
 // `schema` with its $ref followed (to a bounded depth).
 const json& followed(const JsonSchemaConverter& converter, const json& schema,
@@ -39,13 +42,13 @@ const json& followed(const JsonSchemaConverter& converter, const json& schema,
 
 // The types a value validating against `schema` may have (never too few).
 uint8_t possible_types(const JsonSchemaConverter& converter, const json& schema,
-                       const std::string& path, int depth) {
+                       const std::string& path, int depth, int64_t& looks_left) {
     if (schema.is_boolean()) return schema.get<bool>() ? kAnyType : 0;
-    if (!schema.is_object() || depth > kMaxLookDepth) return kAnyType;
+    if (!schema.is_object() || depth > kMaxLookDepth || --looks_left < 0) return kAnyType;
     uint8_t bits = type_keyword_bits(schema, path);
     if (schema.contains("$ref")) {
-        bits &=
-            possible_types(converter, converter.resolve_ref(schema["$ref"], path), path, depth + 1);
+        bits &= possible_types(converter, converter.resolve_ref(schema["$ref"], path), path,
+                               depth + 1, looks_left);
     }
     for (const char* keyword : {"enum", "const"}) {
         if (!schema.contains(keyword)) continue;
@@ -58,14 +61,14 @@ uint8_t possible_types(const JsonSchemaConverter& converter, const json& schema,
     }
     if (schema.contains("allOf") && schema["allOf"].is_array()) {
         for (const json& part : schema["allOf"]) {
-            bits &= possible_types(converter, part, path, depth + 1);
+            bits &= possible_types(converter, part, path, depth + 1, looks_left);
         }
     }
     for (const char* keyword : {"anyOf", "oneOf"}) {
         if (!schema.contains(keyword) || !schema[keyword].is_array()) continue;
         uint8_t union_bits = 0;
         for (const json& branch : schema[keyword]) {
-            union_bits |= possible_types(converter, branch, path, depth + 1);
+            union_bits |= possible_types(converter, branch, path, depth + 1, looks_left);
         }
         bits &= union_bits;
     }
@@ -111,9 +114,9 @@ bool have_discriminator(const JsonSchemaConverter& converter, const json& a, con
 }
 
 bool disjoint(const JsonSchemaConverter& converter, const json& a, const json& b,
-              const std::string& path) {
-    const uint8_t common =
-        possible_types(converter, a, path, 0) & possible_types(converter, b, path, 0);
+              const std::string& path, int64_t& looks_left) {
+    const uint8_t common = possible_types(converter, a, path, 0, looks_left) &
+                           possible_types(converter, b, path, 0, looks_left);
     if (common == 0) return true;
     const std::optional<json> va = listed_values(converter, a, path);
     const std::optional<json> vb = listed_values(converter, b, path);
@@ -132,9 +135,10 @@ void require_disjoint_branches(const JsonSchemaConverter& converter, const json&
         throw_schema_error(path, fmt::format("{} branches is over the limit of {}", branches.size(),
                                              kMaxSchemaAlternatives));
     }
+    int64_t looks_left = kMaxLooks;
     for (size_t i = 0; i < branches.size(); ++i) {
         for (size_t j = i + 1; j < branches.size(); ++j) {
-            if (disjoint(converter, branches[i], branches[j], path)) continue;
+            if (disjoint(converter, branches[i], branches[j], path, looks_left)) continue;
             throw_schema_error(
                 path, fmt::format("branches {} and {} may both match a value, which oneOf "
                                   "forbids and a grammar cannot rule out (anyOf allows it)",

@@ -11,14 +11,15 @@
 // being one.
 //
 // pattern is a regex search (JSON Schema does not anchor it): "^...$" must
-// match the whole string, "abc" anywhere in it. The regex grammar
+// match the whole string, "abc" anywhere in it. JSON Schema reads regexes
+// as ECMA-262 does, Python's validators as `re` does (Unicode \d \w \s);
+// the grammar keeps to what both accept (portable_regex). The regex grammar
 // (regex_grammar.h) matches characters as raw UTF-8, so a patterned string
 // is written without escapes: the characters that would need one (" \ and
 // controls) are cut from the pattern's grammar.
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
 
 #include "reference/constrained/json_schema_converter.h"
 #include "reference/constrained/regex_grammar.h"
@@ -98,6 +99,51 @@ bool has_top_level_bar(std::string_view pattern) {
     return false;
 }
 
+// The pattern with the constructs whose meaning differs between ECMA-262
+// (JSON Schema's regex dialect) and Python's Unicode `re` (what validators
+// such as jsonschema run) made safe for both: `.` outside a class becomes
+// "any character but a line terminator" (ECMA also stops at \r, U+2028,
+// U+2029), \S "no space of either" (Python's and ECMA's spaces listed).
+// Throws for \D and \W, and for \d \w \s in a negated class: their
+// Unicode sets (660 digits, most of Unicode's letters) are not spelled out,
+// and regex_grammar's ASCII reading would allow characters Python rejects.
+std::string portable_regex(std::string_view pattern, const std::string& path) {
+    constexpr const char* kAnyButLineEnd = "[^\\n\\r\\u2028\\u2029]";
+    constexpr const char* kNotSpace =
+        "[^\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029"
+        "\\u202f\\u205f\\u3000\\ufeff]";
+    std::string out;
+    bool in_class = false;
+    bool negated_class = false;
+    for (size_t i = 0; i < pattern.size(); ++i) {
+        const char c = pattern[i];
+        if (c == '\\' && i + 1 < pattern.size()) {
+            const char e = pattern[++i];
+            const bool unicode_class = e == 'D' || e == 'W' || (e == 'S' && in_class) ||
+                                       (negated_class && (e == 'd' || e == 'w' || e == 's'));
+            if (unicode_class) {
+                throw_schema_error(path, fmt::format("pattern: \\{}{} matches other characters in "
+                                                     "Python than in ECMA-262; write the class out",
+                                                     e, negated_class ? " in [^...]" : ""));
+            }
+            out += e == 'S' ? std::string(kNotSpace) : std::string{'\\', e};
+            continue;
+        }
+        if (!in_class && c == '[') {
+            in_class = true;
+            negated_class = i + 1 < pattern.size() && pattern[i + 1] == '^';
+            out += c;
+            if (negated_class) out += pattern[++i];
+            if (i + 1 < pattern.size() && pattern[i + 1] == ']')
+                out += pattern[++i];  // a literal ]
+            continue;
+        }
+        if (in_class && c == ']') in_class = negated_class = false;
+        out += (!in_class && c == '.') ? std::string(kAnyButLineEnd) : std::string(1, c);
+    }
+    return out;
+}
+
 std::string whole_string_regex(std::string pattern) {
     const bool anchored_start = !pattern.empty() && pattern.front() == '^';
     size_t backslashes = 0;
@@ -169,7 +215,8 @@ int32_t pattern_rule(JsonSchemaConverter& converter, const json& pattern, const 
     if (!pattern.is_string()) throw_schema_error(path, "must be a string");
     Grammar grammar;
     try {
-        grammar = regex_grammar(whole_string_regex(pattern.get<std::string>()));
+        grammar =
+            regex_grammar(whole_string_regex(portable_regex(pattern.get<std::string>(), path)));
     } catch (const GrammarError& e) {
         throw_schema_error(path, fmt::format("pattern {}: {}", pattern.dump(), e.what()));
     }
@@ -177,36 +224,6 @@ int32_t pattern_rule(JsonSchemaConverter& converter, const json& pattern, const 
     if (body == kNoValue) return kNoValue;
     return converter.new_rule(path, "", {lit("\"") + ref(body) + lit("\"")});
 }
-
-// A trie of property names, by UTF-8 character, for key_other_than_rule.
-struct NameTrie {
-    struct Node {
-        std::vector<std::pair<std::string, size_t>> children;  // (character, node)
-        bool is_name = false;
-    };
-    std::vector<Node> nodes = {Node{}};
-
-    void insert(std::string_view name) {
-        size_t node = 0;
-        while (!name.empty()) {
-            const auto [cp, length] = first_codepoint(name);
-            // A name that needs an escape cannot be spelled without one.
-            if (cp < 0x20 || cp == '"' || cp == '\\') return;
-            const std::string character(name.substr(0, length));
-            name.remove_prefix(length);
-            size_t next = nodes.size();
-            for (const auto& [c, child] : nodes[node].children) {
-                if (c == character) next = child;
-            }
-            if (next == nodes.size()) {
-                nodes[node].children.emplace_back(character, next);
-                nodes.emplace_back();
-            }
-            node = next;
-        }
-        nodes[node].is_name = true;
-    }
-};
 
 }  // namespace
 
@@ -290,44 +307,42 @@ int32_t JsonSchemaConverter::string_rule(const json& schema, const std::string& 
     return new_rule(path, "string", {symbols + ref(rest)});
 }
 
-int32_t JsonSchemaConverter::key_other_than_rule(const std::vector<std::string>& names,
-                                                 const std::string& path) {
-    NameTrie trie;
-    for (const std::string& name : names) trie.insert(name);
+// The key starts with a character (or a simple escape) that no name starts
+// with. Following whole names through a trie would allow more keys, but each
+// character of each name would then start a free string, and each such place
+// costs the mask cache (compiled_grammar.h) a walk of the vocabulary.
+int32_t JsonSchemaConverter::extra_key_rule(const std::vector<std::string>& names,
+                                            const std::string& path) {
     any_string();
     const int32_t tail = shared_["string-rest"];  // the rest of any string, closing quote included
-    std::vector<int32_t> ids;
-    for (size_t i = 0; i < trie.nodes.size(); ++i) ids.push_back(new_rule(path, "key", {}));
-    std::map<std::vector<uint32_t>, int32_t> leave_rules;  // by the characters excluded
-    for (size_t i = 0; i < trie.nodes.size(); ++i) {
-        // The key so far is a prefix of some names. It may end here unless it
-        // is a name; go on along a name; or leave all names by a character
-        // (or simple escape) that no name continues with, and then be anything.
-        const NameTrie::Node& node = trie.nodes[i];
-        if (!node.is_name) builder_.add_alternative(ids[i], lit("\""));
-        std::vector<uint32_t> continuing;
-        for (const auto& [character, child] : node.children) {
-            builder_.add_alternative(ids[i], lit(character) + ref(ids[child]));
-            continuing.push_back(first_codepoint(character).first);
+    bool empty_name = false;
+    ByteSet ascii_first = unescaped_bytes();  // the ASCII characters no name starts with
+    for (int b = 0x80; b < 0x100; ++b) ascii_first.bits[b >> 6] &= ~(uint64_t(1) << (b & 63));
+    std::vector<CodepointRange> excluded = {{0, 0x7F}};  // the other characters they start with
+    for (const std::string& name : names) {
+        if (name.empty()) {
+            empty_name = true;
+            continue;
         }
-        if (!leave_rules.count(continuing)) {
-            std::vector<CodepointRange> excluded = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
-            for (const uint32_t cp : continuing) excluded.push_back({cp, cp});
-            leave_rules[continuing] =
-                add_codepoint_class_rule(builder_, excluded, true, rule_name(path, "key-char"));
-        }
-        builder_.add_alternative(ids[i], ref(leave_rules[continuing]) + ref(tail));
-        ByteSet escapes;
-        for (const auto& [letter, stands_for] : kSimpleEscapes) {
-            if (std::find(continuing.begin(), continuing.end(), uint32_t(uint8_t(stands_for))) ==
-                continuing.end()) {
-                escapes.add(uint8_t(letter));
-            }
-        }
-        builder_.add_alternative(ids[i], lit("\\") + bytes_of(escapes) + ref(tail));
+        const uint32_t cp = first_codepoint(name).first;
+        if (cp < 0x80) ascii_first.bits[cp >> 6] &= ~(uint64_t(1) << (cp & 63));
+        if (cp >= 0x80) excluded.push_back({cp, cp});
     }
-    check_rule_count(path);
-    return new_rule(path, "key", {lit("\"") + ref(ids[0])});
+    ByteSet escapes;  // \" \\ \/ \b ... standing for a character no name starts with
+    for (const auto& [letter, stands_for] : kSimpleEscapes) {
+        const bool starts_a_name =
+            std::any_of(names.begin(), names.end(),
+                        [&](const std::string& n) { return !n.empty() && n[0] == stands_for; });
+        if (!starts_a_name) escapes.add(uint8_t(letter));
+    }
+    std::vector<GrammarSymbols> alternatives = {
+        ref(add_codepoint_class_rule(builder_, excluded, true, rule_name(path, "key-first"))) +
+        ref(tail)};
+    if (!empty_name) alternatives.push_back(lit("\""));
+    if (!ascii_first.empty()) alternatives.push_back(bytes_of(ascii_first) + ref(tail));
+    if (!escapes.empty()) alternatives.push_back(lit("\\") + bytes_of(escapes) + ref(tail));
+    const int32_t rest = new_rule(path, "key-rest", alternatives);
+    return new_rule(path, "key", {lit("\"") + ref(rest)});
 }
 
 }  // namespace servelab

@@ -28,8 +28,12 @@ const std::vector<CodepointRange> kDigits = {{'0', '9'}};
 const std::vector<CodepointRange> kWordChars = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
 const std::vector<CodepointRange> kSpaces = {{'\t', '\r'}, {' ', ' '}};  // \t \n \v \f \r, space
 
-bool is_ascii_letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_ascii_letter(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+bool is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
 
 // What an escape stands for: one character, or a set (\d \W ...).
 struct Escaped {
@@ -37,6 +41,28 @@ struct Escaped {
     uint32_t codepoint = 0;
     std::vector<CodepointRange> set;
 };
+
+// \d \w \s and their negations, as sets; none for another letter.
+std::optional<std::vector<CodepointRange>> shorthand_class(char letter) {
+    const char lower = char(letter | 0x20);
+    const std::vector<CodepointRange>* set = lower == 'd'   ? &kDigits
+                                             : lower == 'w' ? &kWordChars
+                                             : lower == 's' ? &kSpaces
+                                                            : nullptr;
+    if (set == nullptr) return std::nullopt;
+    return letter == lower ? *set : complement_codepoints(*set);
+}
+
+// \a \f \n \r \t \v (and \b, backspace, inside a class).
+std::optional<uint32_t> control_escape(char letter, bool in_class) {
+    static constexpr std::pair<char, uint32_t> kControls[] = {
+        {'a', 0x07}, {'f', 0x0C}, {'n', 0x0A}, {'r', 0x0D}, {'t', 0x09}, {'v', 0x0B}};
+    for (const auto& [name, codepoint] : kControls) {
+        if (letter == name) return codepoint;
+    }
+    if (in_class && letter == 'b') return 0x08;
+    return std::nullopt;
+}
 
 class RegexParser {
   public:
@@ -61,6 +87,7 @@ class RegexParser {
     void parse_class(DraftSequence& out);
     Escaped parse_class_item();
     Escaped parse_escape(bool in_class);
+    void refuse_escape(char c, size_t start) const;
     uint32_t parse_octal();
     uint32_t checked_codepoint(uint32_t codepoint, size_t start) const;
     void add_class(DraftSequence& out, const std::vector<CodepointRange>& ranges, size_t offset);
@@ -75,9 +102,9 @@ class RegexParser {
     DraftRules& draft_;
     std::string hint_;
     std::unordered_set<std::string> group_names_;
-    std::unordered_map<int32_t, bool> nullable_;                        // memo of nullable_rule
+    std::unordered_map<int32_t, bool> nullable_;                         // memo of nullable_rule
     std::unordered_map<int32_t, std::optional<int32_t>> without_empty_;  // memo
-    std::optional<DraftSymbol> any_char_;  // `.`, made once
+    std::optional<DraftSymbol> any_char_;                                // `.`, made once
     int group_depth_ = 0;
 };
 
@@ -117,8 +144,11 @@ RegexParser::Atom RegexParser::parse_atom(DraftSequence& out) {
         parse_class(out);
     } else if (c == '.') {  // any character but a newline
         source_.skip();
-        if (!any_char_) any_char_ = draft_.character_class(complement_codepoints({{'\n', '\n'}}),
-                                                           hint_ + "-any", at);
+        if (!any_char_) {
+            const std::vector<CodepointRange> all_but_newline =
+                complement_codepoints({{'\n', '\n'}});
+            any_char_ = draft_.character_class(all_but_newline, hint_ + "-any", at);
+        }
         out.push_back({any_char_->symbol, at});
     } else if (c == '\\') {
         const Escaped escaped = parse_escape(false);
@@ -127,13 +157,15 @@ RegexParser::Atom RegexParser::parse_atom(DraftSequence& out) {
     } else if (c == '^' || c == '$') {
         const bool allowed = c == '^' ? at == 0 : at + 1 == source_.text().size();
         if (!allowed) {
-            source_.fail(fmt::format("the anchor '{}' is supported only at the {} of the "
-                                     "pattern (the regex matches the whole output anyway)",
-                                     c, c == '^' ? "start" : "end"));
+            source_.fail(
+                fmt::format("the anchor '{}' is supported only at the {} of the "
+                            "pattern (the regex matches the whole output anyway)",
+                            c, c == '^' ? "start" : "end"));
         }
         source_.skip();
         return Atom::kAnchor;
-    } else if (c == '*' || c == '+' || c == '?' || (c == '{' && parse_braces(min_count, max_count))) {
+    } else if (c == '*' || c == '+' || c == '?' ||
+               (c == '{' && parse_braces(min_count, max_count))) {
         source_.fail(at, "nothing to repeat");
     } else {  // a literal character ('{' that starts no count, ']' and '}' among them)
         add_codepoint(out, source_.take_codepoint(), at);
@@ -160,8 +192,7 @@ bool RegexParser::parse_quantifier(int& min_count, int& max_count) {
     const size_t next = source_.offset();
     int ignored_min = 0, ignored_max = 0;
     const char c = source_.peek();
-    if (c == '*' || c == '+' || c == '?' ||
-        (c == '{' && parse_braces(ignored_min, ignored_max))) {
+    if (c == '*' || c == '+' || c == '?' || (c == '{' && parse_braces(ignored_min, ignored_max))) {
         source_.fail(next, "multiple repeat");
     }
     return true;
@@ -180,8 +211,8 @@ bool RegexParser::parse_braces(int& min_count, int& max_count) {
         return false;
     }
     if (low > kMaxRegexRepetition || high > kMaxRegexRepetition) {
-        source_.fail(start, fmt::format("a repetition count over the limit of {}",
-                                        kMaxRegexRepetition));
+        source_.fail(start,
+                     fmt::format("a repetition count over the limit of {}", kMaxRegexRepetition));
     }
     min_count = low < 0 ? 0 : int(low);
     max_count = int(high);  // -1: no upper bound
@@ -228,23 +259,20 @@ void RegexParser::parse_group(DraftSequence& out) {
 
 // After "(?": (?: and named groups go on; every other extension is refused by name.
 void RegexParser::parse_group_kind(size_t start) {
+    static constexpr std::pair<std::string_view, std::string_view> kRefused[] = {
+        {"P=", "a backreference (?P=name)"},      {"<=", "a lookbehind (?<=...)"},
+        {"<!", "a negative lookbehind (?<!...)"}, {"=", "a lookahead (?=...)"},
+        {"!", "a negative lookahead (?!...)"},    {"#", "a comment (?#...)"},
+        {">", "an atomic group (?>...)"},         {"(", "a conditional (?(...)...)"}};
     if (source_.take(":")) return;
-    if (source_.take("P<")) return parse_group_name(start);
-    const char* refused = nullptr;
-    if (source_.take("P=")) refused = "a backreference (?P=name)";
-    else if (source_.take("<=")) refused = "a lookbehind (?<=...)";
-    else if (source_.take("<!")) refused = "a negative lookbehind (?<!...)";
-    else if (source_.take("<")) return parse_group_name(start);
-    else if (source_.take("=")) refused = "a lookahead (?=...)";
-    else if (source_.take("!")) refused = "a negative lookahead (?!...)";
-    else if (source_.take("#")) refused = "a comment (?#...)";
-    else if (source_.take(">")) refused = "an atomic group (?>...)";
-    else if (source_.take("(")) refused = "a conditional (?(...)...)";
-    else if (std::string_view("aiLmsux-").find(source_.peek()) != std::string_view::npos &&
-             !source_.at_end()) {
-        refused = "an inline flag such as (?i) or (?s:...)";
+    for (const auto& [prefix, what] : kRefused) {
+        if (source_.take(prefix)) source_.fail(start, fmt::format("{} is not supported", what));
     }
-    if (refused) source_.fail(start, fmt::format("{} is not supported", refused));
+    if (source_.take("P<") || source_.take("<")) return parse_group_name(start);
+    if (!source_.at_end() &&
+        std::string_view("aiLmsux-").find(source_.peek()) != std::string_view::npos) {
+        source_.fail(start, "an inline flag such as (?i) or (?s:...) is not supported");
+    }
     source_.fail(start, fmt::format("unknown extension: '(?' before {}", source_.shown_next()));
 }
 
@@ -256,7 +284,8 @@ void RegexParser::parse_group_name(size_t start) {
     }
     if (!source_.take(">")) source_.fail(start, "missing >, unterminated name");
     bool identifier = !name.empty() && !is_digit(name[0]);
-    for (const char c : name) identifier = identifier && (is_ascii_letter(c) || is_digit(c) || c == '_');
+    for (const char c : name)
+        identifier = identifier && (is_ascii_letter(c) || is_digit(c) || c == '_');
     if (!identifier) source_.fail(start, fmt::format("bad character in group name '{}'", name));
     if (!group_names_.insert(name).second) {
         source_.fail(start, fmt::format("redefinition of group name '{}'", name));
@@ -304,11 +333,9 @@ Escaped RegexParser::parse_class_item() {
     return {false, source_.take_codepoint(), {}};
 }
 
-// After '\': one character or a set. Python's escapes for str patterns, less
-// the ones with no place in a whole-output match (\b \B \A \Z outside a
-// class), backreferences (\1 ... \9, which Python may also read as octal),
-// and \N{name}; an unknown letter is an error, other characters stand for
-// themselves.
+// After '\': one character or a set. Python's escapes for str patterns,
+// less the ones with no place in a whole-output match and \N{name}
+// (refuse_escape); other characters stand for themselves.
 Escaped RegexParser::parse_escape(bool in_class) {
     const size_t start = source_.offset();
     source_.skip();  // '\'
@@ -316,40 +343,35 @@ Escaped RegexParser::parse_escape(bool in_class) {
     const char c = source_.peek();
     if (uint8_t(c) >= 0x80) return {false, source_.take_codepoint(), {}};
     source_.skip();
-    switch (c) {
-        case 'd': return {true, 0, kDigits};
-        case 'D': return {true, 0, complement_codepoints(kDigits)};
-        case 'w': return {true, 0, kWordChars};
-        case 'W': return {true, 0, complement_codepoints(kWordChars)};
-        case 's': return {true, 0, kSpaces};
-        case 'S': return {true, 0, complement_codepoints(kSpaces)};
-        case 'a': return {false, 0x07, {}};
-        case 'f': return {false, 0x0C, {}};
-        case 'n': return {false, '\n', {}};
-        case 'r': return {false, '\r', {}};
-        case 't': return {false, '\t', {}};
-        case 'v': return {false, 0x0B, {}};
-        case 'x': return {false, checked_codepoint(source_.take_hex(2, "\\x"), start), {}};
-        case 'u': return {false, checked_codepoint(source_.take_hex(4, "\\u"), start), {}};
-        case 'U': return {false, checked_codepoint(source_.take_hex(8, "\\U"), start), {}};
-        case '0': return {false, parse_octal(), {}};
-        case 'b':
-            if (in_class) return {false, 0x08, {}};  // backspace, inside a class
-            source_.fail(start, "a word boundary \\b is not supported");
-        case 'B': source_.fail(start, "\\B (not a word boundary) is not supported");
-        case 'A':
-        case 'Z':
-            source_.fail(start, fmt::format("the anchor \\{} is not supported (the regex matches "
-                                            "the whole output anyway)", c));
-        case 'N': source_.fail(start, "a named character \\N{...} is not supported");
-        default: break;
+    if (const auto set = shorthand_class(c)) return {true, 0, *set};
+    if (const auto codepoint = control_escape(c, in_class)) return {false, *codepoint, {}};
+    if (c == 'x' || c == 'u' || c == 'U') {
+        const int num_digits = c == 'x' ? 2 : c == 'u' ? 4 : 8;
+        const uint32_t codepoint = source_.take_hex(num_digits, std::string("\\") + c);
+        return {false, checked_codepoint(codepoint, start), {}};
     }
-    if (is_digit(c)) {
-        source_.fail(start, fmt::format("a backreference (or octal escape) \\{} is not supported",
+    if (c == '0') return {false, parse_octal(), {}};
+    refuse_escape(c, start);
+    return {false, uint8_t(c), {}};
+}
+
+// Fails for the escapes the subset leaves out: \b \B \A \Z (outside a
+// class), \N{name}, backreferences \1 ... \9 (which Python may also read as
+// octal), and an unknown letter.
+void RegexParser::refuse_escape(char c, size_t start) const {
+    if (c == 'b') source_.fail(start, "a word boundary \\b is not supported");
+    if (c == 'B') source_.fail(start, "\\B (not a word boundary) is not supported");
+    if (c == 'A' || c == 'Z') {
+        source_.fail(start, fmt::format("the anchor \\{} is not supported (the regex matches "
+                                        "the whole output anyway)",
                                         c));
     }
+    if (c == 'N') source_.fail(start, "a named character \\N{...} is not supported");
+    if (is_digit(c)) {
+        source_.fail(start,
+                     fmt::format("a backreference (or octal escape) \\{} is not supported", c));
+    }
     if (is_ascii_letter(c)) source_.fail(start, fmt::format("bad escape \\{}", c));
-    return {false, uint8_t(c), {}};
 }
 
 // \0 and up to two more octal digits (the '0' already read).
@@ -366,7 +388,8 @@ uint32_t RegexParser::checked_codepoint(uint32_t codepoint, size_t start) const 
     if (codepoint > kMaxCodepoint) source_.fail(start, "bad escape (past U+10FFFF)");
     if (codepoint >= 0xD800 && codepoint <= 0xDFFF) {
         source_.fail(start, fmt::format("the escape names the surrogate U+{:04X}, which UTF-8 "
-                                        "cannot carry", codepoint));
+                                        "cannot carry",
+                                        codepoint));
     }
     return codepoint;
 }
@@ -485,7 +508,8 @@ Grammar choice_grammar(const std::vector<std::string>& choices) {
     if (choices.empty()) throw GrammarError("a list of choices needs at least one choice");
     GrammarBuilder builder;
     const int32_t root = builder.rule("root");
-    for (const std::string& choice : choices) builder.add_alternative(root, literal_symbols(choice));
+    for (const std::string& choice : choices)
+        builder.add_alternative(root, literal_symbols(choice));
     return builder.build("root");
 }
 

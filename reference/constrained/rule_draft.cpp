@@ -66,11 +66,13 @@ std::optional<DraftSymbol> DraftRules::character_class(const std::vector<Codepoi
     std::vector<DraftSequence> longer;
     for (const std::vector<ByteSet>& sequence : utf8_sequences(ranges)) {
         if (sequence.size() == 1) {
-            for (size_t i = 0; i < one_byte.bits.size(); ++i) one_byte.bits[i] |= sequence[0].bits[i];
+            for (size_t i = 0; i < one_byte.bits.size(); ++i)
+                one_byte.bits[i] |= sequence[0].bits[i];
             continue;
         }
         DraftSequence symbols;
-        for (const ByteSet& set : sequence) symbols.push_back({GrammarSymbol::of_bytes(set), offset});
+        for (const ByteSet& set : sequence)
+            symbols.push_back({GrammarSymbol::of_bytes(set), offset});
         longer.push_back(std::move(symbols));
     }
     if (longer.empty() && one_byte.empty()) return std::nullopt;

@@ -12,8 +12,8 @@
 //
 // It also holds the two constructions both front ends share: a character
 // class as one symbol (a byte set when every character is one byte, else a
-// rule with one alternative per UTF-8 shape), and a repetition unrolled into
-// right-recursive helper rules.
+// rule: one alternative for the one-byte characters, one per longer UTF-8
+// shape), and a repetition unrolled into right-recursive helper rules.
 #pragma once
 
 #include <cstddef>
@@ -64,10 +64,11 @@ class DraftRules {
     // min_count copies (in a helper rule when more than one), then a loop
     // rule (loop ::= item loop | "") or a chain of optional tails
     // (tail_k ::= item tail_k-1 | ""). An item of more than one symbol is
-    // wrapped in a helper rule first. The result is at most two symbols;
-    // the unrolling goes into helper rules (num_elements() tells the cost).
-    // An unbounded loop over an item that can match "" would be
-    // left-recursive: callers keep it out.
+    // wrapped in a helper rule first. The result is `item` itself for {1},
+    // nothing for {0}, else one or two symbols: the unrolling goes into
+    // helper rules (num_elements() tells the cost), so a caller's sequence
+    // stays as long as its source text. An unbounded loop over an item that
+    // can match "" would be left-recursive: callers keep it out.
     DraftSequence repetition(const DraftSequence& item, int min_count, int max_count,
                              const std::string& hint, size_t offset);
 

@@ -11,7 +11,9 @@
 namespace servelab {
 namespace {
 
-bool is_continuation(uint8_t byte) { return (byte & 0xC0) == 0x80; }
+bool is_continuation(uint8_t byte) {
+    return (byte & 0xC0) == 0x80;
+}
 
 int hex_value(char c) {
     if (c >= '0' && c <= '9') return c - '0';

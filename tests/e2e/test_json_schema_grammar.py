@@ -9,18 +9,20 @@ schemas from SchemaStore) and ~100 random schemas drawn by a seeded
 generator over the supported keywords, `servelab grammar --json-schema -
 --sample 30` draws random sentences, and each must parse with json.loads
 and validate with jsonschema (formats checked too: date, time, date-time,
-email, uuid, the time ones by a checker here, as jsonschema skips them
-without the rfc3339-validator package).
+email, uuid, uri; the time ones and uri by checkers here, as jsonschema
+skips them without the rfc3339-validator and rfc3987 packages).
 
 The other direction, for a few schemas: valid samples made invalid (a
 required property dropped, a value of the wrong type, a bound crossed)
 must be rejected by `servelab grammar --check`, and the samples themselves
-accepted.
+accepted. And bad input (no constraint, bad JSON, a refused keyword, ...)
+gives one line on stderr naming it.
 
 Usage: test_json_schema_grammar.py --servelab PATH [--seed N] [--random N]
 Prints one line per failure and "N passed, N failed" last; exit 1 on failure.
 """
 import argparse
+import concurrent.futures
 import datetime
 import glob
 import json
@@ -79,6 +81,22 @@ def is_email(instance):
     return not isinstance(instance, str) or WHATWG_EMAIL.fullmatch(instance) is not None
 
 
+# RFC 3986's URI (all of it but IP literals), for format "uri": jsonschema
+# checks it only with the rfc3987 package.
+_UNRESERVED, _PCT, _SUB = r"[A-Za-z0-9\-._~]", r"%[0-9A-Fa-f]{2}", r"[!$&'()*+,;=]"
+_PCHAR = f"(?:{_UNRESERVED}|{_PCT}|{_SUB}|[:@])"
+_AUTHORITY = (f"(?:(?:{_UNRESERVED}|{_PCT}|{_SUB}|:)*@)?(?:{_UNRESERVED}|{_PCT}|{_SUB})*"
+              r"(?::[0-9]*)?")
+_HIER = (f"//{_AUTHORITY}(?:/{_PCHAR}*)*|/(?:{_PCHAR}+(?:/{_PCHAR}*)*)?|{_PCHAR}+(?:/{_PCHAR}*)*|")
+RFC3986_URI = re.compile(f"[A-Za-z][A-Za-z0-9+\\-.]*:(?:{_HIER})(?:\\?(?:{_PCHAR}|[/?])*)?"
+                         f"(?:#(?:{_PCHAR}|[/?])*)?")
+
+
+@FORMATS.checks("uri")
+def is_uri(instance):
+    return not isinstance(instance, str) or RFC3986_URI.fullmatch(instance) is not None
+
+
 def validation_error(schema, instance):
     """None if `instance` validates, else jsonschema's message."""
     cls = jsonschema.validators.validator_for(schema)
@@ -119,8 +137,15 @@ class Tally:
         return ok
 
 
-def check_samples(servelab, tally, name, schema, seed):
-    texts, error = samples_of(servelab, schema, seed)
+def in_parallel(function, argument_lists):
+    """function(*arguments) for each list, a few processes at a time (each run is
+    mostly process start-up); results in order."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2 * (os.cpu_count() or 2)) as pool:
+        return list(pool.map(lambda arguments: function(*arguments), argument_lists))
+
+
+def check_samples(servelab, tally, name, schema, seed, sampled=None):
+    texts, error = sampled if sampled is not None else samples_of(servelab, schema, seed)
     if not tally.check(texts is not None, f"{name}: converted ({error}); schema {json.dumps(schema)}"):
         return []
     good = []
@@ -143,7 +168,7 @@ NAMES = ["id", "name", "name2", "a", "ab", "é", "q\"uote", "tags", "count", "x-
 STRINGS = ["", "red", "é😀", "say \"hi\"", "back\\slash", "tab\there", "line\nbreak"]
 PATTERNS = ["^[a-z]+$", "^\\d{3}-\\d{2}$", "ab", "^x", "y$", "^(foo|bar)[0-9]?$",
             "^[A-Z][a-z]*( [A-Z][a-z]*)*$", "^[^@]+@[^@]+$"]
-FORMAT_NAMES = ["date", "time", "date-time", "email", "uuid"]
+FORMAT_NAMES = ["date", "time", "date-time", "email", "uuid", "uri"]
 
 
 def random_value(rng, depth=0):
@@ -347,21 +372,48 @@ def mutations(rng, instance):
 
 def check_mutations(servelab, tally, seed):
     rng = random.Random(seed)
+    checks = []  # (schema, text, valid)
     for index, schema in enumerate(MUTATION_SCHEMAS):
-        name = f"mutations #{index}"
-        valid = check_samples(servelab, tally, name, schema, seed)
-        for instance in valid[:3]:
-            text = json.dumps(instance, ensure_ascii=False)
-            r = grammar(servelab, schema, "--check", text)
-            tally.check(r.returncode == 0, f"{name}: --check rejects the valid {text}: {r.stderr.strip()}")
-            for mutated in mutations(rng, instance)[:12]:
-                if validation_error(schema, mutated) is None:
-                    continue  # still valid: the grammar may or may not take it
-                text = json.dumps(mutated, ensure_ascii=False)
-                r = grammar(servelab, schema, "--check", text)
-                lines = r.stderr.strip().splitlines()
-                tally.check(r.returncode == 1 and len(lines) == 1 and "--check" in lines[0],
-                            f"{name}: --check accepts the invalid {text} (exit {r.returncode})")
+        valid = check_samples(servelab, tally, f"mutations #{index}", schema, seed)
+        for instance in valid[:2]:
+            checks.append((schema, json.dumps(instance, ensure_ascii=False), True))
+            invalid = [m for m in mutations(rng, instance) if validation_error(schema, m) is not None]
+            # (a mutation that is still valid may or may not be in the grammar)
+            checks += [(schema, json.dumps(m, ensure_ascii=False), False) for m in invalid[:6]]
+    results = in_parallel(lambda schema, text, valid: grammar(servelab, schema, "--check", text), checks)
+    for (schema, text, valid), r in zip(checks, results):
+        lines = r.stderr.strip().splitlines()
+        if valid:
+            tally.check(r.returncode == 0, f"--check rejects the valid {text}: {r.stderr.strip()}")
+        else:
+            tally.check(r.returncode == 1 and len(lines) == 1 and "--check" in lines[0],
+                        f"--check accepts the invalid {text} (exit {r.returncode}); "
+                        f"schema {json.dumps(schema)}")
+
+
+# ---------------------------------------------------------------- errors
+
+def check_cli_errors(servelab, tally):
+    """Bad input: one line on stderr naming the problem, exit 1 (2 for bad flags)."""
+    cases = [
+        (["grammar"], "", 1, "give one constraint"),
+        (["grammar", "--json-schema", "-"], "{not json", 1, "is not JSON"),
+        (["grammar", "--json-schema", "-"],
+         '{"properties": {"age": {"type": "integer", "multipleOf": 5}}}', 1, "properties.age.multipleOf"),
+        (["grammar", "--json-schema", "-"], '{"type": "object", "required": ["a"], '
+         '"additionalProperties": false}', 1, "validates no JSON value"),
+        (["grammar", "--json-schema", "/nonexistent/schema.json"], "", 1, "cannot read"),
+        (["grammar", "--regex", "a", "--choice", "b"], "", 2, "excludes"),
+        (["grammar", "--regex", "(a"], "", 1, "regex"),
+        (["grammar", "--choice", "yes", "--choice", "no", "--check", "maybe"], "", 1, "--check"),
+    ]
+    for args, stdin, code, needle in cases:
+        r = subprocess.run([servelab, "-q", *args], input=stdin, capture_output=True, text=True,
+                           timeout=60)
+        lines = r.stderr.strip().splitlines()
+        tally.check(r.returncode == code and len(lines) == 1 and needle in lines[0],
+                    f"servelab {' '.join(args)}: want exit {code} and one line with {needle!r}, "
+                    f"got exit {r.returncode}, stderr {r.stderr!r}")
 
 
 # ---------------------------------------------------------------- main
@@ -378,16 +430,20 @@ def main():
 
     collection = sorted(glob.glob(os.path.join(ROOT, "data", "schemas", "*.json")))
     tally.check(len(collection) >= 30, f"data/schemas holds {len(collection)} schemas, want >= 30")
-    for k, path in enumerate(collection):
+    named = []
+    for path in collection:
         with open(path, encoding="utf-8") as f:
-            schema = json.load(f)
-        check_samples(args.servelab, tally, os.path.basename(path), schema, seed + k)
-
+            named.append((os.path.basename(path), json.load(f)))
     for k, schema in enumerate(random_schemas(seed, args.random)):
         jsonschema.validators.validator_for(schema).check_schema(schema)  # the generator's own bug
-        check_samples(args.servelab, tally, f"random #{k}", schema, seed + k)
+        named.append((f"random #{k}", schema))
+    sampled = in_parallel(lambda k, schema: samples_of(args.servelab, schema, seed + k),
+                          [(k, schema) for k, (_, schema) in enumerate(named)])
+    for k, ((name, schema), result) in enumerate(zip(named, sampled)):
+        check_samples(args.servelab, tally, name, schema, seed + k, result)
 
     check_mutations(args.servelab, tally, seed)
+    check_cli_errors(args.servelab, tally)
     print(f"{tally.passed} passed, {tally.failed} failed")
     return 1 if tally.failed else 0
 

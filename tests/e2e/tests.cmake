@@ -141,7 +141,7 @@ endif()
 # json.loads and validate with jsonschema (tools/setup/requirements.txt):
 # the schemas of data/schemas/ (SchemaStore, tools/goldens/fetch_schemas.py)
 # and 100 random ones; and `servelab grammar --check` must reject samples
-# made invalid. No model; about 20 s.
+# made invalid. No model; 20 to 40 s on two busy cores (mostly process start-up).
 if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
   add_test(NAME json_schema_grammar_jsonschema
     COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_json_schema_grammar.py

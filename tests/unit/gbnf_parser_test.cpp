@@ -1,4 +1,5 @@
-// gbnf_parser_test.cpp — GBNF text to grammar rules: what each grammar accepts, and every error's place.
+// gbnf_parser_test.cpp — GBNF text to grammar rules: what each grammar accepts, and every error's
+// place.
 //
 // Lab 12 support tests (chapter 11.6, constrained decoding). Grammars in
 // llama.cpp's GBNF (arithmetic, a JSON grammar, bounded lists, Unicode
@@ -66,7 +67,9 @@ std::string mutated(const std::string& s, const std::string& alphabet, RandomSou
         case 0:
             if (at < out.size()) out.erase(at, 1);
             break;
-        case 1: out.insert(at, 1, c); break;
+        case 1:
+            out.insert(at, 1, c);
+            break;
         default:
             if (at < out.size()) out[at] = c;
             break;
@@ -205,8 +208,7 @@ TEST(GbnfParser, UnicodeClassesAndAnyCharacter) {
 root  ::= greek+ " " [^a-z\n]? "→" . [\u00e0-\u00ff\U0001F600-\U0001F64F]
 greek ::= [α-ω]
 )gbnf");
-    expect_language(g,
-                    {"αβ →xé", "ω É→\n\xF0\x9F\x98\x80", "αω 9→😀à", "α →\xF0\x9F\xA6\x80é"},
+    expect_language(g, {"αβ →xé", "ω É→\n\xF0\x9F\x98\x80", "αω 9→😀à", "α →\xF0\x9F\xA6\x80é"},
                     {"αβ →xe", "ab →xé", "αβ x→xé", "αβ \n→xé", "α →é", "Α →xé",
                      "α →\xE2\x82é"});  // a cut-short character
     RandomSource random;
@@ -268,8 +270,9 @@ TEST(GbnfParser, EveryErrorSaysWhere) {
         {"root ::= \"abc\nx ::= \"y\"", "grammar line 1 column 10: unterminated literal"},
         {"root ::= [abc", "grammar line 1 column 10: unterminated character class"},
         {"root ::= (\"a\" | \"b\"", "grammar line 1 column 10: the group is never closed"},
-        {"root ::= (\"a\" ]", "grammar line 1 column 15: expected ')' to close the group at "
-                             "line 1 column 10, found ']'"},
+        {"root ::= (\"a\" ]",
+         "grammar line 1 column 15: expected ')' to close the group at "
+         "line 1 column 10, found ']'"},
         {"root ::= \"a\" )", "grammar line 1 column 14: unexpected ')' in rule 'root'"},
         {"root = \"a\"", "grammar line 1 column 6: expected '::=' after the rule name 'root'"},
         {"::= \"a\"", "grammar line 1 column 1: expected a rule name, found ':'"},
@@ -277,8 +280,9 @@ TEST(GbnfParser, EveryErrorSaysWhere) {
         {"root ::= \"a\"{", "grammar line 1 column 14: expected a number"},
         {"root ::= \"a\"{2", "grammar line 1 column 15: expected ',' or '}'"},
         {"root ::= \"a\"{2,", "grammar line 1 column 16: expected '}'"},
-        {"root ::= \"a\"{3,1}", "grammar line 1 column 13: the repetition {3,1} has its "
-                               "minimum over its maximum"},
+        {"root ::= \"a\"{3,1}",
+         "grammar line 1 column 13: the repetition {3,1} has its "
+         "minimum over its maximum"},
         {"root ::= \"a\"{10001}", "grammar line 1 column 14: a repetition count over the limit"},
         {"root ::= \"a\"{99999999999999999999}", "grammar line 1 column 14: a repetition count"},
         {"root ::= \"\\q\"", "grammar line 1 column 11: unknown escape"},
@@ -291,12 +295,15 @@ TEST(GbnfParser, EveryErrorSaysWhere) {
         {"root ::= \"\xC0\xAF\"", "grammar line 1 column 11: malformed UTF-8"},
         {"item ::= \"a\"", "grammar line 1 column 1: the grammar has no rule 'root'"},
         {"", "grammar line 1 column 1: the grammar has no rule 'root'"},
-        {"root ::= a\na ::= \"x\" b", "grammar line 2 column 11: rule 'b' is used here but "
-                                     "never defined"},
-        {"root ::= \"a\"\nroot ::= \"b\"", "grammar line 2 column 1: rule 'root' is defined "
-                                          "twice (first at line 1 column 1)"},
-        {"root ::= (\"a\"?)*", "grammar line 1 column 16: the repeated item can match the "
-                               "empty string"},
+        {"root ::= a\na ::= \"x\" b",
+         "grammar line 2 column 11: rule 'b' is used here but "
+         "never defined"},
+        {"root ::= \"a\"\nroot ::= \"b\"",
+         "grammar line 2 column 1: rule 'root' is defined "
+         "twice (first at line 1 column 1)"},
+        {"root ::= (\"a\"?)*",
+         "grammar line 1 column 16: the repeated item can match the "
+         "empty string"},
         {"root ::= \"\"+", "grammar line 1 column 12: the repeated item can match the empty"},
         {"root ::= [α-ω]日", "grammar line 1 column 15: unexpected '日' in rule 'root'"},
     };
@@ -337,6 +344,26 @@ TEST(GbnfParser, LimitsKeepHostileGrammarsSmall) {
     const std::string message = error_of([&] { parse_gbnf(large); });
     const std::string expected = "grammar line 8 column 11: the grammar is too large";
     EXPECT_EQ(message.substr(0, expected.size()), expected) << message;
+}
+
+TEST(GbnfParser, ALongChainOfRulesIsCheckedWithoutRecursion) {
+    // r0 ::= r1, r1 ::= r2, ...: every check walks the chain without a call
+    // per rule (100,000 nested calls would overflow the stack) and in
+    // linear time (a naive fixed point for nullability would take n passes).
+    constexpr int kLength = 100000;
+    std::string chain = "root ::= r0\n";
+    for (int i = 0; i < kLength; ++i) chain += fmt::format("r{} ::= r{}\n", i, i + 1);
+    const Grammar g = parse_gbnf(chain + fmt::format("r{} ::= \"\"\n", kLength));
+    EXPECT_EQ(g.num_rules(), size_t(kLength) + 2);
+    EXPECT_TRUE(g.nullable(g.root_rule()));  // (the oracle's plain fixed point would crawl here)
+    // Closed into a cycle, it is left recursion, named in one short line.
+    const std::string message =
+        error_of([&] { parse_gbnf(chain + fmt::format("r{} ::= r0 \"x\"\n", kLength)); });
+    EXPECT_NE(message.find("rule 'r0' is left-recursive (r0 -> r1 -> r2 -> r3 -> r4 -> ... "
+                           "(99992 more) -> "),
+              std::string::npos)
+        << message.substr(0, 300);
+    EXPECT_LT(message.size(), 400u);
 }
 
 TEST(GbnfParser, MalformedTextOnlyEverThrowsGrammarError) {

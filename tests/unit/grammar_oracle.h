@@ -6,7 +6,9 @@
 // (grammar.h), written for plainness rather than speed, sharing no code
 // with the matcher. Empty rules are handled as Aycock and Horspool do:
 // predicting a rule that can match "" also steps over it. Nullability and
-// productivity are computed here, not taken from Grammar::nullable().
+// productivity are computed here, not taken from Grammar::nullable(), by
+// plain fixed points: fine for test grammars, slow on a chain of many
+// thousand rules.
 //
 // An Earley item is (position, origin): `position` is the index of the
 // next element to match in the flat array (a kEnd element means the
@@ -92,7 +94,8 @@ inline std::vector<bool> nullable_rules(const Grammar& g) {
             if (nullable[size_t(r)]) continue;
             for (const int32_t start : g.alternatives(r)) {
                 bool all = all_bytes_free(g, start);
-                for (const int32_t ref : references_of(g, start)) all = all && nullable[size_t(ref)];
+                for (const int32_t ref : references_of(g, start))
+                    all = all && nullable[size_t(ref)];
                 if (all) {
                     nullable[size_t(r)] = changed = true;
                     break;
@@ -229,7 +232,8 @@ inline void sample_rule(const Grammar& g, const std::vector<int>& depth, int32_t
         }
     }
     if (fitting.empty()) fitting = shallowest;
-    const int32_t start = fitting[std::uniform_int_distribution<size_t>(0, fitting.size() - 1)(rng)];
+    const int32_t start =
+        fitting[std::uniform_int_distribution<size_t>(0, fitting.size() - 1)(rng)];
     for (int32_t i = start; g.element(i).kind != Kind::kEnd; ++i) {
         const GrammarElement& e = g.element(i);
         if (e.kind == Kind::kRule) {

@@ -51,12 +51,14 @@ std::vector<Language> bounded_languages(const Rules& rules) {
                     Language longer;
                     for (const std::string& head : strings) {
                         for (const std::string& piece : pieces) {
-                            if (head.size() + piece.size() <= kMaxLength) longer.insert(head + piece);
+                            if (head.size() + piece.size() <= kMaxLength)
+                                longer.insert(head + piece);
                         }
                     }
                     strings = std::move(longer);
                 }
-                for (const std::string& s : strings) changed = language[r].insert(s).second || changed;
+                for (const std::string& s : strings)
+                    changed = language[r].insert(s).second || changed;
             }
         }
     }
@@ -70,8 +72,8 @@ Rules random_rules(RandomSource& random) {
         for (auto& alternative : alternatives) {
             for (int n = int(random.integer(0, 3)); n > 0; --n) {
                 if (random.integer(0, 1) == 0) {
-                    alternative.push_back(
-                        GrammarSymbol::of_rule(int32_t(random.integer(0, int64_t(rules.size()) - 1))));
+                    alternative.push_back(GrammarSymbol::of_rule(
+                        int32_t(random.integer(0, int64_t(rules.size()) - 1))));
                     continue;
                 }
                 ByteSet set;
@@ -105,7 +107,8 @@ TEST(GrammarOracle, AgreesWithBruteForceOnSmallGrammars) {
         GrammarBuilder builder;
         for (size_t r = 0; r < rules.size(); ++r) builder.rule(fmt::format("r{}", r));
         for (size_t r = 0; r < rules.size(); ++r) {
-            for (const auto& alternative : rules[r]) builder.add_alternative(int32_t(r), alternative);
+            for (const auto& alternative : rules[r])
+                builder.add_alternative(int32_t(r), alternative);
         }
         Grammar g;
         try {

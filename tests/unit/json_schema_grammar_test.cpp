@@ -142,6 +142,17 @@ TEST(JsonSchemaGrammar, PatternSearchesUnlessAnchored) {
     // A pattern whose strings all need an escape validates nothing here.
     EXPECT_EQ(refusal_of(R"({"pattern": "^\"$"})"), "");
     expect_language(R"({"properties": {"q": {"pattern": "^\"$"}}})", {"{}"}, {"{\"q\":\"\\\"\"}"});
+    // What both ECMA-262 and Python's Unicode re accept: . stops at U+2028,
+    // \\S at every space either knows; \\W, \\D, and \\d in [^...] are refused.
+    expect_language(R"({"pattern": "^\\S+$"})", {"\"ab\"", "\"é\""},
+                    {"\"a b\"", "\"a\u00a0b\"", "\"a\u3000b\"", "\"a\ufeffb\""});
+    expect_language(R"({"pattern": "^.$"})", {"\"x\"", "\"😀\""}, {"\"\u2028\"", "\"\u2029\""});
+    expect_language(R"({"pattern": "^[.]$"})", {"\".\""}, {"\"x\""});
+    EXPECT_EQ(refusal_of(R"({"pattern": "\\W"})"), "pattern");
+    EXPECT_EQ(refusal_of(R"({"pattern": "^\\D$"})"), "pattern");
+    EXPECT_EQ(refusal_of(R"({"pattern": "[^\\d]"})"), "pattern");
+    EXPECT_EQ(refusal_of(R"({"pattern": "[\\S]"})"), "pattern");
+    EXPECT_EQ(refusal_of(R"({"pattern": "^[\\d\\s]+$"})"), "no error");
     EXPECT_EQ(refusal_of(R"({"pattern": "^a|b$"})"), "pattern");
     EXPECT_EQ(refusal_of(R"x({"pattern": "(?=a)"})x"), "pattern");
     EXPECT_EQ(refusal_of(R"({"pattern": "a", "maxLength": 3})"), "maxLength");
@@ -154,7 +165,10 @@ TEST(JsonSchemaGrammar, Enum) {
         {"\"blue\"", "2", "[1, \"x\"]", "{\"a\":\"é\",\"b\":1}", "red"});
     expect_language(R"({"const": "fixed"})", {"\"fixed\""}, {"\"other\""});
     expect_language(R"({"type": "string", "enum": ["a", 1, "b"]})", {"\"a\"", "\"b\""}, {"1"});
-    expect_language(R"({"type": "integer", "enum": [1.0, 1.5, 2]})", {"1.0", "2"}, {"1.5"});
+    expect_language(R"({"type": "integer", "enum": [1.0, 1.5, 2]})", {"2"}, {"1.5", "1.0"});
+    expect_language(R"({"type": "number", "enum": [1.0, 1.5, 2]})", {"1.0", "1.5", "2"}, {});
+    expect_language(R"({"type": "object", "required": ["a", "a"]})", {"{\"a\":1}"},
+                    {"{\"a\":1,\"a\":2}"});
     EXPECT_EQ(refusal_of(R"({"enum": []})"), "");  // validates nothing
     EXPECT_EQ(refusal_of(R"({"enum": ["a"], "maxLength": 3})"), "maxLength");
 }
@@ -180,14 +194,19 @@ TEST(JsonSchemaGrammar, ObjectPropertiesInSchemaOrder) {
 
 TEST(JsonSchemaGrammar, AdditionalProperties) {
     // Default true: extra properties, with any value, after the listed ones,
-    // never named like a listed one (that would be a second "a").
+    // never named like a listed one (that would be a second "a"): they start
+    // with a character no listed name starts with.
     const std::string open = R"({"type": "object", "properties": {"a": {"type": "integer"},
         "ab": {"type": "integer"}}})";
+    expect_language(open,
+                    {"{}", "{\"x\":\"y\"}", "{\"a\":1,\"x\":[1]}", "{\"a\":1,\"ab\":2,\"b\":{}}",
+                     "{\"b\":1}", "{\"\":1}", "{\"\\na\":1}", "{\"é\":null,\"zz\":2}"},
+                    {"{\"x\":1,\"a\":1}", "{\"a\":1,\"a\":\"s\"}", "{\"ab\":1,\"a\":2}",
+                     "{\"x\":1,\"ab\":2}", "{\"abc\":1}", "{\"a1\":1}", "{\"\\u0061\":1}"});
     expect_language(
-        open,
-        {"{}", "{\"x\":\"y\"}", "{\"a\":1,\"x\":[1]}", "{\"a\":1,\"ab\":2,\"abc\":{}}", "{\"b\":1}",
-         "{\"\":1}", "{\"a\\n\":1}", "{\"a1\":null,\"zz\":2}"},
-        {"{\"x\":1,\"a\":1}", "{\"a\":1,\"a\":\"s\"}", "{\"ab\":1,\"a\":2}", "{\"x\":1,\"ab\":2}"});
+        R"({"properties": {"é": {}, "\n": {}, "": {}}, "additionalProperties": {"const": 0}})",
+        {"{\"x\":0}", "{\"\\t\":0}"},
+        {"{\"x\":1}", "{\"éa\":0}", "{\"\\nb\":0}", "{\"\\u00e9\":0}"});
     // A schema for the extra values.
     expect_language(R"({"properties": {"a": {}}, "additionalProperties": {"type": "string"}})",
                     {"{\"a\":1,\"b\":\"s\",\"c\":\"t\"}"}, {"{\"b\":1}"});
@@ -348,7 +367,13 @@ TEST(JsonSchemaGrammar, FormatsTimeEmailUuid) {
         R"({"format": "uuid"})",
         {"\"123e4567-e89b-12d3-a456-426614174000\"", "\"ABCDEF01-2345-6789-ABCD-EF0123456789\""},
         {"\"123e4567e89b12d3a456426614174000\"", "\"123e4567-e89b-12d3-a456-42661417400g\""});
-    EXPECT_EQ(refusal_of(R"({"properties": {"u": {"format": "uri"}}})"), "properties.u.format");
+    expect_language(R"({"format": "uri"})",
+                    {"\"https://example.com\"", "\"http://a.b:8080/x/y%20z?q=1&r=a/b?#frag:@\"",
+                     "\"git+ssh://host.example/~user/repo.git\"", "\"s://h/\""},
+                    {"\"example.com\"", "\"https:/x\"", "\"https://\"", "\"1http://a\"",
+                     "\"http://a b\"", "\"http://a/%2\"", "\"http://a/#x#y\"", "\"http://a/[x]\""});
+    EXPECT_EQ(refusal_of(R"({"properties": {"u": {"format": "hostname"}}})"),
+              "properties.u.format");
     EXPECT_EQ(refusal_of(R"({"format": "date", "maxLength": 10})"), "maxLength");
 }
 
@@ -478,12 +503,108 @@ TEST(JsonSchemaGrammar, LimitsOnHostileSchemas) {
     for (int k = 0; k < 5000; ++k) big_enum.push_back(k);
     EXPECT_EQ(refusal_of(json{{"enum", big_enum}}.dump()), "enum");
     EXPECT_EQ(refusal_of(R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})"), "");
+    // Webs of $ref that fan out: bounded work, refused.
+    json fan = {{"$defs", json::object()}};
+    for (int level = 0; level < 30; ++level) {
+        const std::string next = "#/$defs/d" + std::to_string(level + 1);
+        fan["$defs"]["d" + std::to_string(level)] =
+            level == 29 ? json{{"type", "integer"}}
+                        : json{{"allOf", {{{"$ref", next}}, {{"$ref", next}}, {{"$ref", next}}}}};
+    }
+    fan["allOf"] = {{{"$ref", "#/$defs/d0"}}, {{"minimum", 1}}};
+    EXPECT_EQ(refusal_of(fan.dump()).rfind("allOf", 0), 0u) << refusal_of(fan.dump());
+    fan["oneOf"] = {{{"$ref", "#/$defs/d0"}}, {{"type", "string"}}};
+    fan.erase("allOf");
+    for (int level = 0; level < 29; ++level) {
+        const std::string next = "#/$defs/d" + std::to_string(level + 1);
+        fan["$defs"]["d" + std::to_string(level)] =
+            json{{"anyOf", {{{"$ref", next}}, {{"$ref", next}}, {{"$ref", next}}}}};
+    }
+    EXPECT_EQ(refusal_of(fan.dump()), "oneOf");
     // Many long strings: each costs rules; the total is bounded.
     json wide = {{"type", "object"}, {"properties", json::object()}};
     for (int k = 0; k < 30; ++k) {
         wide["properties"]["p" + std::to_string(k)] = {{"type", "string"}, {"maxLength", 9000}};
     }
     EXPECT_NE(refusal_of(wide.dump()), "no error");
+}
+
+// A random JSON value built from schema keywords, each given a value of a
+// random JSON type: most are malformed schemas.
+json random_schema_like(test::RandomSource& random, int depth) {
+    static const char* kKeywords[] = {"type",
+                                      "properties",
+                                      "required",
+                                      "additionalProperties",
+                                      "items",
+                                      "prefixItems",
+                                      "enum",
+                                      "const",
+                                      "anyOf",
+                                      "oneOf",
+                                      "allOf",
+                                      "$ref",
+                                      "minLength",
+                                      "maxLength",
+                                      "pattern",
+                                      "format",
+                                      "minimum",
+                                      "maximum",
+                                      "exclusiveMinimum",
+                                      "minItems",
+                                      "maxItems",
+                                      "additionalItems",
+                                      "$defs",
+                                      "title"};
+    static const json kLeaves[] = {json(nullptr),
+                                   json(true),
+                                   json(false),
+                                   json(-1),
+                                   json(3),
+                                   json(2.5),
+                                   json("string"),
+                                   json("#"),
+                                   json("#/$defs/a"),
+                                   json("^a+$"),
+                                   json("date"),
+                                   json(json::array()),
+                                   json(json::object()),
+                                   json({"a", 1}),
+                                   json("integer")};
+    if (depth >= 3 || random.integer(0, 3) == 0) {
+        return kLeaves[size_t(random.integer(0, int64_t(std::size(kLeaves)) - 1))];
+    }
+    if (random.integer(0, 4) == 0) {
+        json list = json::array();
+        for (int64_t k = random.integer(0, 3); k > 0; --k)
+            list.push_back(random_schema_like(random, depth + 1));
+        return list;
+    }
+    json object = json::object();
+    for (int64_t k = random.integer(0, 4); k > 0; --k) {
+        const std::string keyword =
+            kKeywords[size_t(random.integer(0, int64_t(std::size(kKeywords)) - 1))];
+        object[keyword] = random_schema_like(random, depth + 1);
+    }
+    return object;
+}
+
+TEST(JsonSchemaGrammar, MalformedSchemasAreRefusedNeverCrash) {
+    test::RandomSource random;
+    int refused = 0;
+    for (int round = 0; round < 3000; ++round) {
+        const json schema = random_schema_like(random, 0);
+        try {
+            json_schema_grammar(schema);
+        } catch (const SchemaError& e) {
+            ++refused;
+            EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+        } catch (const std::exception& e) {
+            ADD_FAILURE() << schema.dump() << " threw a non-SchemaError: " << e.what() << "; "
+                          << random.trace();
+        }
+    }
+    EXPECT_GT(refused, 100);
 }
 
 // Samples of a few schemas are sentences the oracle accepts (the sampler

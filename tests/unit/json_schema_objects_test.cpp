@@ -66,12 +66,13 @@ std::string object_mistake(bool grammar_says, const std::string& violation,
     }
     if (text.find("\"zz\"") != std::string::npos) {
         return "the grammar refuses an extra property after the listed ones, which "
-               "additionalProperties allows (extra_member_rules' first/after rules must "
+               "additionalProperties allows (extra_member_rules' pick and after rules must "
                "follow the last member)";
     }
     return "the grammar refuses a valid object: an optional property must be skippable "
-           "wherever it stands (first -> the next member's first, after -> the next member's "
-           "after), and the first member written takes no comma, whichever it is";
+           "wherever it stands (its pick rule may go on to the next member's pick), the object "
+           "may end after the last required member, and the first member written takes no "
+           "comma, whichever it is";
 }
 
 // The members of `props` picked by `subset` (bit i: property i), in schema

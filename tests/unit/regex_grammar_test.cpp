@@ -1,4 +1,5 @@
-// regex_grammar_test.cpp — a regex as grammar rules accepts exactly what Python's re.fullmatch does.
+// regex_grammar_test.cpp — a regex as grammar rules accepts exactly what Python's re.fullmatch
+// does.
 //
 // Lab 12 support tests (chapter 11.6, constrained decoding). The verdicts
 // come from Python: tools/goldens/make_regex_goldens.py ran
@@ -42,7 +43,9 @@ const json& goldens() {
 }
 
 // A string as a JSON literal, so that newlines and odd characters show.
-std::string visible(const std::string& text) { return json(text).dump(); }
+std::string visible(const std::string& text) {
+    return json(text).dump();
+}
 
 TEST(RegexGrammar, AgreesWithPythonOnEveryGoldenString) {
     ASSERT_GE(goldens().at("cases").size(), 60u);
@@ -123,7 +126,8 @@ TEST(RegexGrammar, RefusesWhatItCannotEnforceByName) {
     };
     for (const Refused& c : cases) {
         const std::string message = error_of([&] { regex_grammar(c.pattern); });
-        EXPECT_EQ(message.substr(0, c.message.size()), c.message) << "pattern " << visible(c.pattern);
+        EXPECT_EQ(message.substr(0, c.message.size()), c.message)
+            << "pattern " << visible(c.pattern);
     }
 }
 
@@ -131,8 +135,9 @@ TEST(RegexGrammar, LimitsKeepHostilePatternsSmall) {
     EXPECT_NO_THROW(regex_grammar(fmt::format("a{{{}}}", kMaxRegexRepetition)));
     const std::string over = error_of([] { regex_grammar("a{1001}"); });
     EXPECT_EQ(over, "regex column 2: a repetition count over the limit of 1000");
-    EXPECT_NE(error_of([] { regex_grammar("a{2,99999999999999999999999}"); }).find("over the limit"),
-              std::string::npos);
+    EXPECT_NE(
+        error_of([] { regex_grammar("a{2,99999999999999999999999}"); }).find("over the limit"),
+        std::string::npos);
     const std::string long_pattern(kMaxRegexBytes + 1, 'a');
     EXPECT_EQ(error_of([&] { regex_grammar(long_pattern); }),
               fmt::format("regex: the pattern is {} bytes, over the limit of {}",
@@ -170,6 +175,32 @@ TEST(RegexGrammar, AddedRulesLiveBesideOthers) {
     const Grammar g = builder.build("root");
     EXPECT_TRUE(grammar_accepts(g, "12=ab"));
     EXPECT_FALSE(grammar_accepts(g, "ab=12"));
+}
+
+TEST(RegexGrammar, MalformedPatternsOnlyEverThrowGrammarError) {
+    // Random edits of the golden patterns: a grammar, or a GrammarError.
+    test::RandomSource random;
+    SCOPED_TRACE(random.trace());
+    const std::string alphabet = "()[]{}|*+?^$.\\-,:<>=!#PdwsbxuU0123456789a\xC3\xA9";
+    for (const json& c : goldens().at("cases")) {
+        for (int i = 0; i < 20; ++i) {
+            std::string pattern = c.at("pattern");
+            for (int edits = int(random.integer(1, 3)); edits > 0; --edits) {
+                const auto at = size_t(random.integer(0, int64_t(pattern.size())));
+                const char ch = alphabet[size_t(random.integer(0, int64_t(alphabet.size()) - 1))];
+                if (random.integer(0, 1) == 0 && at < pattern.size()) {
+                    pattern.erase(at, 1);
+                } else {
+                    pattern.insert(at, 1, ch);
+                }
+            }
+            try {
+                regex_grammar(pattern);
+            } catch (const GrammarError& e) {
+                EXPECT_EQ(std::string(e.what()).rfind("regex column ", 0), 0u) << e.what();
+            }
+        }
+    }
 }
 
 TEST(ChoiceGrammar, AcceptsExactlyTheChoices) {

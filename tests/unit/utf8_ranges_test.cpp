@@ -1,4 +1,5 @@
-// utf8_ranges_test.cpp — a class of code points as UTF-8 byte-set sequences, checked on every code point.
+// utf8_ranges_test.cpp — a class of code points as UTF-8 byte-set sequences, checked on every code
+// point.
 //
 // Lab 12 support tests (chapter 11.6, constrained decoding). For random
 // classes (their ends drawn near the places UTF-8 changes length or a
@@ -28,7 +29,9 @@ using test::RandomSource;
 
 constexpr uint32_t kNumCodepoints = kMaxCodepoint + 1;
 
-bool is_surrogate(uint32_t cp) { return cp >= 0xD800 && cp <= 0xDFFF; }
+bool is_surrogate(uint32_t cp) {
+    return cp >= 0xD800 && cp <= 0xDFFF;
+}
 
 std::vector<bool> members_of(const std::vector<CodepointRange>& ranges) {
     std::vector<bool> in(kNumCodepoints, false);
@@ -40,7 +43,8 @@ std::vector<bool> members_of(const std::vector<CodepointRange>& ranges) {
 
 std::string ranges_text(const std::vector<CodepointRange>& ranges) {
     std::string text;
-    for (const CodepointRange& r : ranges) text += fmt::format("[U+{:04X}-U+{:04X}] ", r.low, r.high);
+    for (const CodepointRange& r : ranges)
+        text += fmt::format("[U+{:04X}-U+{:04X}] ", r.low, r.high);
     return text;
 }
 
@@ -65,14 +69,19 @@ uint64_t num_strings(const std::vector<ByteSet>& sequence) {
 // Where UTF-8 changes: lengths, surrogates, the last code point, and
 // continuation bytes wrapping (multiples of 64 and 4096).
 uint32_t interesting_codepoint(RandomSource& random) {
-    static constexpr uint32_t kEdges[] = {0,      0x7F,   0x80,   0x7FF,  0x800,    0xD7FF,
-                                          0xD800, 0xDFFF, 0xE000, 0xFFFF, 0x10000,  0x3FFFF,
-                                          0x40000, 0xFFFFF, 0x100000, kMaxCodepoint};
+    static constexpr uint32_t kEdges[] = {
+        0,      0x7F,   0x80,    0x7FF,   0x800,   0xD7FF,  0xD800,   0xDFFF,
+        0xE000, 0xFFFF, 0x10000, 0x3FFFF, 0x40000, 0xFFFFF, 0x100000, kMaxCodepoint};
     switch (random.integer(0, 3)) {
-        case 0: return kEdges[random.integer(0, std::size(kEdges) - 1)];
-        case 1: return uint32_t(random.integer(0, kMaxCodepoint / 64)) * 64 + uint32_t(random.integer(-1, 0) & 63);
-        case 2: return uint32_t(random.integer(0, 0x7FF));
-        default: return uint32_t(random.integer(0, kMaxCodepoint));
+        case 0:
+            return kEdges[random.integer(0, std::size(kEdges) - 1)];
+        case 1:
+            return uint32_t(random.integer(0, kMaxCodepoint / 64)) * 64 +
+                   uint32_t(random.integer(-1, 0) & 63);
+        case 2:
+            return uint32_t(random.integer(0, 0x7FF));
+        default:
+            return uint32_t(random.integer(0, kMaxCodepoint));
     }
 }
 
@@ -81,7 +90,8 @@ std::vector<CodepointRange> random_class(RandomSource& random) {
     const int num_ranges = int(random.integer(1, 6));
     for (int i = 0; i < num_ranges; ++i) {
         uint32_t a = interesting_codepoint(random), b = interesting_codepoint(random);
-        if (random.integer(0, 2) == 0) b = std::min(kMaxCodepoint, a + uint32_t(random.integer(0, 200)));
+        if (random.integer(0, 2) == 0)
+            b = std::min(kMaxCodepoint, a + uint32_t(random.integer(0, 200)));
         ranges.push_back({std::min(a, b), std::max(a, b)});
     }
     return ranges;
@@ -107,7 +117,8 @@ void expect_sequences_exact(const std::vector<CodepointRange>& ranges) {
         if (is_surrogate(cp)) continue;
         const std::string bytes = utf8_encode(cp);
         int matches = 0;
-        for (const size_t s : by_lead[uint8_t(bytes[0])]) matches += sequence_matches(sequences[s], bytes);
+        for (const size_t s : by_lead[uint8_t(bytes[0])])
+            matches += sequence_matches(sequences[s], bytes);
         num_members += in[cp];
         if (matches != (in[cp] ? 1 : 0)) {
             FAIL() << fmt::format("U+{:04X} ({} the class) is matched by {} sequences", cp,
@@ -128,13 +139,13 @@ TEST(Utf8Ranges, EncodeMatchesTheStandardForms) {
 
 TEST(Utf8Ranges, FixedClassesMatchExactlyTheirCodepoints) {
     const std::vector<std::vector<CodepointRange>> classes = {
-        {{0, kMaxCodepoint}},            // everything (surrogates left out)
-        {{'a', 'a'}},                    // one ASCII character
-        {{0x80, kMaxCodepoint}},         // everything past ASCII
-        {{0xD000, 0xE100}},              // across the surrogates
-        {{0x7F, 0x80}, {0x7FF, 0x800}},  // across two length changes
-        {{0xFFFF, 0x10000}},             // across the last one
-        {{0x10FFFF, 0x10FFFF}},          // the last code point
+        {{0, kMaxCodepoint}},                  // everything (surrogates left out)
+        {{'a', 'a'}},                          // one ASCII character
+        {{0x80, kMaxCodepoint}},               // everything past ASCII
+        {{0xD000, 0xE100}},                    // across the surrogates
+        {{0x7F, 0x80}, {0x7FF, 0x800}},        // across two length changes
+        {{0xFFFF, 0x10000}},                   // across the last one
+        {{0x10FFFF, 0x10FFFF}},                // the last code point
         {{'0', '9'}, {'5', 'z'}, {'A', 'F'}},  // overlapping ranges
     };
     for (const auto& ranges : classes) expect_sequences_exact(ranges);

@@ -9,14 +9,15 @@
 //
 // An object writes its properties in the schema's order: each required one
 // always, each optional one or nothing, then, unless additionalProperties is
-// false, any number of extra properties with names the schema does not list.
+// false, any number of extra properties, named so that they cannot be a
+// listed one (a first character no listed name starts with).
 // The grammar fixes that order (JSON objects are unordered, but a grammar
 // that allowed every order of n properties would need 2^n rules). The only
 // hard part is the commas: a member is preceded by one unless it is the
 // first written, and with optional members the first written is not known
-// in advance. So each position gets two rules: what may come once something
-// has been written (every member starts with ","), and what may come while
-// nothing has.
+// in advance. So each position gets two rules: which member comes next (the
+// comma, if any, already written), and what may come once something has
+// been written (the end, or a comma and the next member).
 //
 // An array is its prefix items in order (prefixItems, or items given as a
 // list before draft 2020-12), then any number of elements of the schema in
@@ -50,7 +51,8 @@ std::vector<std::string> required_names(const json& schema, const std::string& p
         if (!name.is_string()) {
             throw_schema_error(child_path(path, "required"), "must hold property names");
         }
-        names.push_back(name.get<std::string>());
+        const std::string text = name.get<std::string>();
+        if (std::find(names.begin(), names.end(), text) == names.end()) names.push_back(text);
     }
     return names;
 }
@@ -93,15 +95,18 @@ GrammarSymbols member_symbols(JsonSchemaConverter& converter, const GrammarSymbo
     return key + ref(ws) + lit(":") + ref(ws) + ref(value) + ref(ws);
 }
 
-// The extra properties, after the listed ones: (first, after) rules, as in
-// object_rule; both match "" when additionalProperties is false.
-std::pair<int32_t, int32_t> extra_member_rules(JsonSchemaConverter& converter, const json& schema,
-                                               const std::vector<ObjectMember>& members,
-                                               int32_t extra_value, const std::string& path) {
-    if (extra_value == kNoValue) {
-        const int32_t end = converter.new_rule(path, "end", {{}});
-        return {end, end};
-    }
+// The extra properties, after the listed ones: `pick` (an extra member and
+// what may follow it; kNoValue when additionalProperties is false) and
+// `after` (what may follow once something is written).
+struct ExtraMembers {
+    int32_t pick = kNoValue;
+    int32_t after = kNoValue;
+};
+
+ExtraMembers extra_member_rules(JsonSchemaConverter& converter, const json& schema,
+                                const std::vector<ObjectMember>& members, int32_t extra_value,
+                                const std::string& path) {
+    if (extra_value == kNoValue) return {kNoValue, converter.new_rule(path, "end", {{}})};
     std::vector<std::string> names;
     for (const ObjectMember& member : members) names.push_back(member.name);
     const json properties = schema.value("properties", json::object());
@@ -109,15 +114,15 @@ std::pair<int32_t, int32_t> extra_member_rules(JsonSchemaConverter& converter, c
         names.push_back(name);  // listed with the schema false: absent, and not extra either
     }
     const std::string extra_path = child_path(path, "additionalProperties");
-    const GrammarSymbols extra = member_symbols(
-        converter, ref(converter.key_other_than_rule(names, extra_path)), extra_value);
+    const GrammarSymbols extra =
+        member_symbols(converter, ref(converter.extra_key_rule(names, extra_path)), extra_value);
+    // after ::= "" | "," ws extra after
     const int32_t after =
         converter.builder().fresh_rule(JsonSchemaConverter::rule_name(path, "extra-after"));
     converter.builder().add_alternative(after, {});
     converter.builder().add_alternative(
         after, lit(",") + ref(converter.whitespace()) + extra + ref(after));
-    const int32_t first = converter.new_rule(path, "extra-first", {{}, extra + ref(after)});
-    return {first, after};
+    return {converter.new_rule(path, "extra", {extra + ref(after)}), after};
 }
 
 // What an array's elements are: the rules of the first few, and of every
@@ -151,13 +156,14 @@ ArrayItems array_items(JsonSchemaConverter& converter, const json& schema,
 
 int32_t JsonSchemaConverter::object_rule(const json& schema, const std::string& path) {
     // TODO(lab12): object_members gives the members in schema order (nullopt: the object validates
-    // TODO(lab12): nothing: kNoValue); extra_member_rules the (first, after) pair for what follows
-    // TODO(lab12): the last member. Then from the last member back, two new rules per member:
-    // TODO(lab12): "after" (a member was written before, so this one starts with "," ws) and
-    // TODO(lab12): "first" (none was: no comma). A member that is not required may also be left
-    // TODO(lab12): out: after -> the next member's after, first -> the next member's first.
-    // TODO(lab12): member_symbols spells one member (json_string_literal its key). The object is
-    // TODO(lab12): "{" ws first "}".
+    // TODO(lab12): nothing: kNoValue); extra_member_rules the (pick, after) pair for the extra
+    // TODO(lab12): properties (pick is kNoValue when there are none). Then from the last member
+    // TODO(lab12): back, two new rules per member i: pick_i (the next member written, any comma
+    // TODO(lab12): already behind: member_i then after_{i+1}, or, if member_i is optional,
+    // TODO(lab12): pick_{i+1}) and after_i (once something was written: "," ws pick_i, or the end
+    // TODO(lab12): if no member from i on is required). member_symbols spells one member
+    // TODO(lab12): (json_string_literal its key). The object: "{" ws pick_0 "}", and "{" ws "}"
+    // TODO(lab12): when no member is required.
     throw NotImplemented("lab12: JsonSchemaConverter::object_rule");
 }
 
