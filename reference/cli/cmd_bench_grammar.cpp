@@ -53,11 +53,13 @@ using Clock = std::chrono::steady_clock;
 // array of objects with an enum and dates — and a regex. Built in, so the
 // figures do not move when data/schemas is fetched again.
 const char* const kPersonSchema = R"({"type": "object", "additionalProperties": false,
-  "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0, "maximum": 150},
-                 "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 4},
-                 "address": {"type": "object", "additionalProperties": false,
-                             "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
-                             "required": ["city"]}},
+  "properties": {
+    "name": {"type": "string"},
+    "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 4},
+    "address": {"type": "object", "additionalProperties": false,
+                "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
+                "required": ["city"]}},
   "required": ["name", "age"]})";
 const char* const kEventsSchema = R"({"type": "array", "minItems": 1, "maxItems": 3,
   "items": {"type": "object", "additionalProperties": false,
@@ -231,16 +233,19 @@ void run_walk(const std::shared_ptr<const CompiledGrammar>& compiled,
                 timed_mask(matcher, walked, &GrammarMatcher::fill_next_token_bitmask_by_walk));
         }
         if (with_cache && with_walk && !(cached == walked)) {
-            throw Error(fmt::format("bench grammar: the cached mask and the trie walk disagree "
-                                    "after {} tokens ({} against {} allowed)",
-                                    step, cached.count(), walked.count()));
+            throw Error(
+                fmt::format("bench grammar: the cached mask and the trie walk disagree "
+                            "after {} tokens ({} against {} allowed)",
+                            step, cached.count(), walked.count()));
         }
         const TokenBitmask& mask = with_cache ? cached : walked;
         times.allowed_sum += mask.count();
         const TokenId token = draw_token(mask, matcher, step >= opts.soft_max_tokens, rng);
         if (!matcher.accept_token(token)) {
-            throw Error(fmt::format("bench grammar: the matcher refused token {}, which its "
-                                    "mask allowed", token));
+            throw Error(
+                fmt::format("bench grammar: the matcher refused token {}, which its "
+                            "mask allowed",
+                            token));
         }
         output += vocabulary.token_bytes[size_t(token)];
         ++times.tokens;
@@ -295,13 +300,13 @@ nlohmann::json mask_stats(const std::vector<double>& us) {
 
 nlohmann::json grammar_report(const NamedGrammar& named, const GrammarTimes& t,
                               const BenchGrammarOptions& opts) {
-    nlohmann::json row = {{"grammar", named.name},
-                          {"rules", named.grammar.num_rules()},
-                          {"tokens", t.tokens},
-                          {"walks", opts.walks},
-                          {"finished", t.finished},
-                          {"allowed_tokens_mean",
-                           t.tokens ? double(t.allowed_sum) / double(t.tokens) : 0.0}};
+    nlohmann::json row = {
+        {"grammar", named.name},
+        {"rules", named.grammar.num_rules()},
+        {"tokens", t.tokens},
+        {"walks", opts.walks},
+        {"finished", t.finished},
+        {"allowed_tokens_mean", t.tokens ? double(t.allowed_sum) / double(t.tokens) : 0.0}};
     if (opts.cache != "off") {
         row["compile_ms_cached"] = t.compile_cached_ms;
         row["cached"] = mask_stats(t.cached_us);
@@ -335,10 +340,12 @@ void print_table(const nlohmann::json& report) {
                     field("walk", "p99_us"));
     }
     if (report.contains("cached")) {
-        std::printf("all grammars, cached: %.0f masks/s\n", report["cached"]["masks_per_s"].get<double>());
+        std::printf("all grammars, cached: %.0f masks/s\n",
+                    report["cached"]["masks_per_s"].get<double>());
     }
     if (report.contains("walk")) {
-        std::printf("all grammars, walk:   %.0f masks/s\n", report["walk"]["masks_per_s"].get<double>());
+        std::printf("all grammars, walk:   %.0f masks/s\n",
+                    report["walk"]["masks_per_s"].get<double>());
     }
 }
 
@@ -402,7 +409,8 @@ void add_bench_grammar(CLI::App& bench) {
         ->capture_default_str();
     cmd->add_option("--seed", opts->seed, "of the walks (grammar i uses seed + i)")
         ->capture_default_str();
-    cmd->add_flag("--print-outputs", opts->print_outputs, "add each finished walk's text to the JSON");
+    cmd->add_flag("--print-outputs", opts->print_outputs,
+                  "add each finished walk's text to the JSON");
     opts->output.add_to(*cmd);
     cmd->callback([opts] { run_bench_grammar(*opts); });
 }

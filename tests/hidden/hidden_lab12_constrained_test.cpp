@@ -73,9 +73,13 @@ void check_masks_along_walks(const std::shared_ptr<const CompiledGrammar>& walke
             const TokenBitmask want = test::oracle_mask(g, v, output);
             TokenBitmask got;
             by_walk.fill_next_token_bitmask_by_walk(got);
-            ASSERT_TRUE(test::mask_mistake(g, v, output, got, want).empty()) << test::mask_mistake(g, v, output, got, want) << "; " << "the walk's mask, " << name << "; " << random.trace();
+            ASSERT_TRUE(test::mask_mistake(g, v, output, got, want).empty())
+                << test::mask_mistake(g, v, output, got, want) << "; "
+                << "the walk's mask, " << name << "; " << random.trace();
             by_cache.fill_next_token_bitmask(got);
-            ASSERT_TRUE(test::mask_mistake(g, v, output, got, want).empty()) << test::mask_mistake(g, v, output, got, want) << "; " << "the cached mask, " << name << "; " << random.trace();
+            ASSERT_TRUE(test::mask_mistake(g, v, output, got, want).empty())
+                << test::mask_mistake(g, v, output, got, want) << "; "
+                << "the cached mask, " << name << "; " << random.trace();
             const TokenId t = test::draw_allowed(want, v, step > steps / 2, random.engine());
             if (t < 0 || test::is_end_token(v, t)) break;
             ASSERT_TRUE(by_walk.accept_token(t) && by_cache.accept_token(t));
@@ -106,10 +110,41 @@ list ::= item ("," item)*
 item ::= [a-zé]+ | "(" list ")" | "中" [0-9]?
 )G";
     const Grammar g = parse_gbnf(gbnf);
-    const auto v = test::vocabulary_of(
-        {"(", ")", ",", "a", "b", "é", "\xC3", "\xA9", "中", "\xE4\xB8", "\xAD", "\xAD" "1", "((",
-         "))", ")(", "),", ",(", "ab", "aé", "a,", "a)", "é)", "\xA9)", "(a", "(é", "z", "1",
-         "12", "中1", "中,", ")))", "a,b", ",\xC3", "x"});
+    const auto v = test::vocabulary_of({"(",
+                                        ")",
+                                        ",",
+                                        "a",
+                                        "b",
+                                        "é",
+                                        "\xC3",
+                                        "\xA9",
+                                        "中",
+                                        "\xE4\xB8",
+                                        "\xAD",
+                                        "\xAD"
+                                        "1",
+                                        "((",
+                                        "))",
+                                        ")(",
+                                        "),",
+                                        ",(",
+                                        "ab",
+                                        "aé",
+                                        "a,",
+                                        "a)",
+                                        "é)",
+                                        "\xA9)",
+                                        "(a",
+                                        "(é",
+                                        "z",
+                                        "1",
+                                        "12",
+                                        "中1",
+                                        "中,",
+                                        ")))",
+                                        "a,b",
+                                        ",\xC3",
+                                        "x"});
     check_masks_along_walks(compile(g, v, false), compile(g, v, true), 6, 24, random, "GBNF");
 }
 
@@ -163,14 +198,15 @@ TEST(HiddenLab12MaskWalk, OneScratchAcrossUnrelatedStates) {
     // After "x" a letter is followed by digits; after "y" by letters: the
     // same byte takes the same stacks' positions, but leaves other stacks.
     const Grammar g = parse_gbnf(R"(root ::= "x" [a-c] [0-9]* | "y" [a-c] [a-z]* | [a-c] "!")");
-    const auto v = test::vocabulary_of({"x", "y", "a", "b", "c", "a1", "b1", "c1", "ab", "bb", "cb",
-                                        "a!", "b!", "1", "12", "bz", "!", "xa", "ya", "xa1", "yab"});
+    const auto v =
+        test::vocabulary_of({"x",  "y",  "a", "b",  "c",  "a1", "b1", "c1", "ab",  "bb", "cb",
+                             "a!", "b!", "1", "12", "bz", "!",  "xa", "ya", "xa1", "yab"});
     const auto compiled = compile(g, v, false);
     MaskScratch scratch(g);
     StackStepper stepper(g);
     for (int round = 0; round < 40; ++round) {
-        const std::string output = std::vector<std::string>{"", "x", "y", "xa", "ya", "x", "y"}
-            [size_t(random.integer(0, 6))];
+        const std::string output = std::vector<std::string>{
+            "", "x", "y", "xa", "ya", "x", "y"}[size_t(random.integer(0, 6))];
         StackSet stacks;
         ASSERT_TRUE(stepper.advance_bytes(stepper.initial_stacks(), output, stacks));
         TokenBitmask mask(v->size());
@@ -178,7 +214,9 @@ TEST(HiddenLab12MaskWalk, OneScratchAcrossUnrelatedStates) {
         if (test::grammar_accepts(g, output)) {
             for (const TokenId t : v->end_tokens) mask.set(t);
         }
-        ASSERT_TRUE(test::mask_mistake(g, *v, output, mask).empty()) << test::mask_mistake(g, *v, output, mask) << "; " << "round " << round << ", one scratch for every walk";
+        ASSERT_TRUE(test::mask_mistake(g, *v, output, mask).empty())
+            << test::mask_mistake(g, *v, output, mask) << "; "
+            << "round " << round << ", one scratch for every walk";
     }
 }
 
@@ -205,9 +243,9 @@ TEST(HiddenLab12Matcher, TokensBytesRollbackAndForksInterleaved) {
 pair ::= "\"" [a-z]+ "\"" ws ":" ws ([0-9]+ | "\"" [a-z ]* "\"")
 ws ::= [ ]?
 )G");
-    const auto v = test::vocabulary_of({"{", "}", "\"", ":", ",", " ", "a", "b", "ab", "\":",
-                                        "\": ", "\":\"", "\",", "\"}", "1", "12", "1,", "2}",
-                                        " \"", "{\"", ", \"", "x", "xy", "y\"", "z"});
+    const auto v = test::vocabulary_of(
+        {"{",   "}", "\"", ":",  ",",  " ",   "a",   "b",    "ab", "\":", "\": ", "\":\"", "\",",
+         "\"}", "1", "12", "1,", "2}", " \"", "{\"", ", \"", "x",  "xy",  "y\"",  "z"});
     const auto compiled = compile(g, v, false);
     for (int round = 0; round < 6; ++round) {
         GrammarMatcher m(compiled);
@@ -243,7 +281,9 @@ ws ::= [ ]?
                 fork.rollback(fork.num_tokens());
             }
             ASSERT_EQ(m.num_tokens(), int32_t(outputs.size()) - 1) << "after operation " << op;
-            ASSERT_TRUE(state_difference(m, outputs.back()).empty()) << state_difference(m, outputs.back()) << "; " << "after operation " << op << " (kind " << kind << "); " << random.trace();
+            ASSERT_TRUE(state_difference(m, outputs.back()).empty())
+                << state_difference(m, outputs.back()) << "; "
+                << "after operation " << op << " (kind " << kind << "); " << random.trace();
         }
     }
 }
@@ -294,12 +334,13 @@ TEST(HiddenLab12Schema, ObjectsOfArraysOfObjects) {
                        "note": {"type": "string"}},
         "required": ["rows"]})");
     expect_same_verdicts(
-        schema, {"{\"rows\":[{\"id\":1}]}", "{\"rows\":[{\"id\":1},{\"id\":2,\"tags\":[]}]}",
-                 "{\"rows\":[]}", "{\"rows\":[{\"id\":1},{\"id\":2},{\"id\":3}]}",
-                 "{\"rows\":[{\"tags\":[\"a\"]}]}", "{\"rows\":[{\"id\":1,\"tags\":[\"a\",\"b\"]}]}",
-                 "{\"rows\":[{\"id\":1}],\"note\":\"n\"}", "{\"note\":\"n\"}",
-                 "{\"rows\":[{\"id\":1,\"x\":1}]}", "{\"rows\":[{\"id\":1}],\"x\":1}",
-                 "{\"rows\":[{\"id\":1,\"tags\":[\"a\"]}],\"note\":\"\"}"});
+        schema,
+        {"{\"rows\":[{\"id\":1}]}", "{\"rows\":[{\"id\":1},{\"id\":2,\"tags\":[]}]}",
+         "{\"rows\":[]}", "{\"rows\":[{\"id\":1},{\"id\":2},{\"id\":3}]}",
+         "{\"rows\":[{\"tags\":[\"a\"]}]}", "{\"rows\":[{\"id\":1,\"tags\":[\"a\",\"b\"]}]}",
+         "{\"rows\":[{\"id\":1}],\"note\":\"n\"}", "{\"note\":\"n\"}",
+         "{\"rows\":[{\"id\":1,\"x\":1}]}", "{\"rows\":[{\"id\":1}],\"x\":1}",
+         "{\"rows\":[{\"id\":1,\"tags\":[\"a\"]}],\"note\":\"\"}"});
 }
 
 TEST(HiddenLab12Schema, SevenPropertiesEverySubset) {
@@ -318,8 +359,8 @@ TEST(HiddenLab12Schema, SevenPropertiesEverySubset) {
         std::string text = "{";
         for (int i = 0; i < 7; ++i) {
             if (!(subset >> i & 1)) continue;
-            text += std::string(text.size() > 1 ? "," : "") + "\"" + names[i] + "\":" +
-                    (i % 2 ? "\"s\"" : "1");
+            text += std::string(text.size() > 1 ? "," : "") + "\"" + names[i] +
+                    "\":" + (i % 2 ? "\"s\"" : "1");
         }
         texts.push_back(text + "}");
         texts.push_back(text + (text.size() > 1 ? "," : "") + "\"zz\":1}");
@@ -331,7 +372,8 @@ TEST(HiddenLab12Schema, MinItemsPastAPrefixThatEndsEarly) {
     for (int64_t min = 0; min <= 4; ++min) {
         for (int64_t max = -1; max <= 5; ++max) {
             for (int cut = -1; cut <= 2; ++cut) {  // the prefix item that validates nothing
-                json schema = {{"type", "array"}, {"prefixItems", json::array()},
+                json schema = {{"type", "array"},
+                               {"prefixItems", json::array()},
                                {"items", {{"type", "null"}}}};
                 for (int k = 0; k < 3; ++k) {
                     schema["prefixItems"].push_back(k == cut ? json(false)
@@ -348,7 +390,8 @@ TEST(HiddenLab12Schema, MinItemsPastAPrefixThatEndsEarly) {
                 }
                 for (int n = 0; n <= 6; ++n) {
                     std::string text = "[";
-                    for (int k = 0; k < n; ++k) text += (k ? "," : "") + std::string(k < 3 ? "1" : "null");
+                    for (int k = 0; k < n; ++k)
+                        text += (k ? "," : "") + std::string(k < 3 ? "1" : "null");
                     text += "]";
                     const bool valid = test::text_violation(schema, text).empty();
                     const bool grammar_says = !refused && test::grammar_accepts(g, text);

@@ -53,8 +53,10 @@ TokenId draw(const TokenBitmask& mask, const TokenVocabulary& v, bool closing,
             closers.push_back(t);
         }
     }
-    const std::vector<TokenId>& pool =
-        !closing ? allowed : !ends.empty() ? ends : !closers.empty() ? closers : allowed;
+    const std::vector<TokenId>& pool = !closing           ? allowed
+                                       : !ends.empty()    ? ends
+                                       : !closers.empty() ? closers
+                                                          : allowed;
     return pool.empty() ? -1 : pool[size_t(rng() % pool.size())];
 }
 
@@ -97,9 +99,11 @@ std::string walk_once(const std::shared_ptr<const CompiledGrammar>& compiled,
     for (int step = 0; step < kMaxTokens; ++step) {
         m.fill_next_token_bitmask(mask);
         const std::string mistake = test::mask_mistake(g, v, output, mask);
-        EXPECT_TRUE(mistake.empty()) << mistake << "; " << "the mask (cached; built by your walk over the grammar your "
-                                  "object and array rules made): "
-                               << where;
+        EXPECT_TRUE(mistake.empty())
+            << mistake << "; "
+            << "the mask (cached; built by your walk over the grammar your "
+               "object and array rules made): "
+            << where;
         if (!mistake.empty()) return "";
         if (random.integer(0, 3) == 0) {
             draft_and_roll_back(m, mask, output, random.engine(), where);
@@ -113,8 +117,8 @@ std::string walk_once(const std::shared_ptr<const CompiledGrammar>& compiled,
         }
         if (!m.accept_token(t)) {
             ADD_FAILURE() << "accept_token refused " << test::shown_token(v, t)
-                          << ", which the mask allowed, after " << test::shown_bytes(output)
-                          << ": " << where;
+                          << ", which the mask allowed, after " << test::shown_bytes(output) << ": "
+                          << where;
             return "";
         }
         if (test::is_end_token(v, t)) {
@@ -159,7 +163,9 @@ TEST(ConstrainedProperty, RandomSchemasRandomWalksValidate) {
             const std::string violation =
                 test::text_violation(schema, output, /*allow_duplicate_keys=*/true);
             if (violation == test::kNotJudged) continue;
-            ASSERT_TRUE(violation.empty()) << violation << "; " << "a finished walk's output does not validate: " << test::shown_bytes(output)
+            ASSERT_TRUE(violation.empty())
+                << violation << "; "
+                << "a finished walk's output does not validate: " << test::shown_bytes(output)
                 << ": the grammar allows more than the schema (its object and array rules: "
                    "required properties, minItems/maxItems, prefixItems, additionalProperties); "
                 << where;

@@ -145,7 +145,8 @@ TEST(GrammarOracle, ContinuationsAgreeWithWholeRuns) {
         GrammarBuilder builder;
         for (size_t r = 0; r < rules.size(); ++r) builder.rule(fmt::format("r{}", r));
         for (size_t r = 0; r < rules.size(); ++r) {
-            for (const auto& alternative : rules[r]) builder.add_alternative(int32_t(r), alternative);
+            for (const auto& alternative : rules[r])
+                builder.add_alternative(int32_t(r), alternative);
         }
         Grammar g;
         try {

@@ -109,8 +109,8 @@ void check_object_family(const json& schema, const std::vector<int>& props,
                 const std::string violation = test::text_violation(schema, text);
                 const bool grammar_says = grammar_accepts(g, text);
                 if (grammar_says == violation.empty()) continue;
-                FAIL() << object_mistake(grammar_says, violation, text) << ".\n  schema: "
-                       << schema.dump() << "\n  text: " << text << "\n  grammar "
+                FAIL() << object_mistake(grammar_says, violation, text)
+                       << ".\n  schema: " << schema.dump() << "\n  text: " << text << "\n  grammar "
                        << (grammar_says ? "accepts" : "refuses") << ", the validator says "
                        << (violation.empty() ? "valid" : violation) << "; " << random.trace();
             }
@@ -272,8 +272,8 @@ void check_array_family(const json& schema, size_t prefix_length, test::RandomSo
         // Validates nothing: then no count of elements may validate.
         for (int64_t count = 0; count <= 6; ++count) {
             ASSERT_FALSE(test::text_violation(schema, array_text(count, prefix_length, -1)).empty())
-                << "the schema " << schema.dump() << " was refused (" << e.what()
-                << "), but " << array_text(count, prefix_length, -1) << " validates";
+                << "the schema " << schema.dump() << " was refused (" << e.what() << "), but "
+                << array_text(count, prefix_length, -1) << " validates";
         }
         return;
     }
@@ -333,7 +333,8 @@ TEST(SchemaArrays, APrefixItemThatValidatesNothingEndsTheArrayBeforeIt) {
     test::RandomSource random;
     for (size_t cut = 0; cut <= 2; ++cut) {
         for (int64_t min = -1; min <= 3; ++min) {
-            json schema = {{"type", "array"}, {"prefixItems", json::array()},
+            json schema = {{"type", "array"},
+                           {"prefixItems", json::array()},
                            {"items", {{"type", "integer"}}}};
             for (size_t k = 0; k <= 2; ++k) {
                 schema["prefixItems"].push_back(k == cut ? json(false) : json{{"type", "string"}});
@@ -381,8 +382,8 @@ TEST(SchemaArrays, NestedArrays) {
     const json schema = json::parse(R"({"type": "array", "minItems": 1, "maxItems": 2,
         "items": {"type": "array", "prefixItems": [{"type": "integer"}], "items": false}})");
     const Grammar g = json_schema_grammar(schema);
-    for (const char* text : {"[[1]]", "[[],[2]]", "[]", "[[1],[2],[3]]", "[[1,2]]",
-                                    "[[\"a\"]]", "[1]"}) {
+    for (const char* text :
+         {"[[1]]", "[[],[2]]", "[]", "[[1],[2],[3]]", "[[1,2]]", "[[\"a\"]]", "[1]"}) {
         const std::string violation = test::text_violation(schema, text);
         EXPECT_EQ(grammar_accepts(g, text), violation.empty())
             << array_mistake(grammar_accepts(g, text), violation) << ": " << text

@@ -36,18 +36,35 @@ using json = nlohmann::ordered_json;
 // Keywords that constrain nothing (validators ignore them).
 inline bool is_annotation(const std::string& keyword) {
     static const std::set<std::string> kAnnotations = {
-        "title",    "description", "default",  "examples", "$schema", "$id",
-        "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",  "definitions"};
+        "title",    "description", "default",  "examples",  "$schema", "$id",
+        "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions"};
     return kAnnotations.count(keyword) != 0;
 }
 
 inline bool is_known(const std::string& keyword) {
-    static const std::set<std::string> kKnown = {
-        "$ref",       "type",        "enum",          "const",         "anyOf",
-        "oneOf",      "allOf",       "properties",    "required",      "additionalProperties",
-        "items",      "prefixItems", "additionalItems", "minItems",    "maxItems",
-        "minLength",  "maxLength",   "pattern",       "format",        "minimum",
-        "maximum",    "exclusiveMinimum", "exclusiveMaximum"};
+    static const std::set<std::string> kKnown = {"$ref",
+                                                 "type",
+                                                 "enum",
+                                                 "const",
+                                                 "anyOf",
+                                                 "oneOf",
+                                                 "allOf",
+                                                 "properties",
+                                                 "required",
+                                                 "additionalProperties",
+                                                 "items",
+                                                 "prefixItems",
+                                                 "additionalItems",
+                                                 "minItems",
+                                                 "maxItems",
+                                                 "minLength",
+                                                 "maxLength",
+                                                 "pattern",
+                                                 "format",
+                                                 "minimum",
+                                                 "maximum",
+                                                 "exclusiveMinimum",
+                                                 "exclusiveMaximum"};
     return kKnown.count(keyword) != 0 || is_annotation(keyword);
 }
 
@@ -178,17 +195,18 @@ class Validator {
     std::string check(const json& schema, const json& value, const std::string& path, int depth) {
         if (depth > 200) throw std::invalid_argument("validator oracle: $ref recursion too deep");
         if (schema.is_boolean()) return schema.get<bool>() ? "" : at(path, "false");
-        if (!schema.is_object()) throw std::invalid_argument("validator oracle: bad schema at " + path);
+        if (!schema.is_object())
+            throw std::invalid_argument("validator oracle: bad schema at " + path);
         for (const auto& [keyword, unused] : schema.items()) {
             if (!is_known(keyword)) {
                 throw std::invalid_argument("validator oracle: keyword '" + keyword +
                                             "' is not supported (at " + path + ")");
             }
         }
-        for (const auto& step : {&Validator::check_ref, &Validator::check_type,
-                                 &Validator::check_enum, &Validator::check_combinators,
-                                 &Validator::check_object, &Validator::check_array,
-                                 &Validator::check_string, &Validator::check_number}) {
+        for (const auto& step :
+             {&Validator::check_ref, &Validator::check_type, &Validator::check_enum,
+              &Validator::check_combinators, &Validator::check_object, &Validator::check_array,
+              &Validator::check_string, &Validator::check_number}) {
             std::string why = (this->*step)(schema, value, path, depth);
             if (!why.empty()) return why;
         }
@@ -200,7 +218,8 @@ class Validator {
                           int depth) {
         if (!schema.contains("$ref")) return "";
         const std::string ref = schema["$ref"].get<std::string>();
-        if (ref.empty() || ref[0] != '#') throw std::invalid_argument("validator oracle: $ref " + ref);
+        if (ref.empty() || ref[0] != '#')
+            throw std::invalid_argument("validator oracle: $ref " + ref);
         const json& target = root_.at(json::json_pointer(ref.substr(1)));
         return check(target, value, at(path, "$ref"), depth + 1);
     }
@@ -265,10 +284,10 @@ class Validator {
             const bool listed = properties.contains(key);
             const json& sub =
                 listed ? properties[key] : schema.value("additionalProperties", json(true));
-            std::string why = check(sub, item,
-                                    listed ? at(at(path, "properties"), key)
-                                           : at(path, "additionalProperties"),
-                                    depth + 1);
+            std::string why =
+                check(sub, item,
+                      listed ? at(at(path, "properties"), key) : at(path, "additionalProperties"),
+                      depth + 1);
             if (!why.empty()) return why;
         }
         return "";
@@ -285,12 +304,14 @@ class Validator {
             return at(path, "maxItems") + ": " + std::to_string(n) + " items";
         }
         const bool list_items = schema.contains("items") && schema["items"].is_array();
-        const json prefix = list_items ? schema["items"] : schema.value("prefixItems", json::array());
+        const json prefix =
+            list_items ? schema["items"] : schema.value("prefixItems", json::array());
         const json rest = list_items ? schema.value("additionalItems", json(true))
                                      : schema.value("items", json(true));
         for (size_t i = 0; i < value.size(); ++i) {
             const json& sub = i < prefix.size() ? prefix[i] : rest;
-            std::string why = check(sub, value[i], at(at(path, "items"), std::to_string(i)), depth + 1);
+            std::string why =
+                check(sub, value[i], at(at(path, "items"), std::to_string(i)), depth + 1);
             if (!why.empty()) return why;
         }
         return "";
@@ -307,8 +328,8 @@ class Validator {
             return at(path, "maxLength") + ": " + value.dump();
         }
         if (schema.contains("pattern") &&
-            !std::regex_search(text, std::regex(schema["pattern"].get<std::string>(),
-                                                std::regex::ECMAScript))) {
+            !std::regex_search(
+                text, std::regex(schema["pattern"].get<std::string>(), std::regex::ECMAScript))) {
             return at(path, "pattern") + ": " + value.dump();
         }
         if (schema.contains("format") && !has_format(text, schema["format"].get<std::string>())) {
@@ -352,7 +373,8 @@ class Validator {
     }
     static long double as_long_double(const json& v) {
         if (v.is_number_float()) return v.get<double>();
-        return v.is_number_unsigned() ? (long double)v.get<uint64_t>() : (long double)v.get<int64_t>();
+        return v.is_number_unsigned() ? (long double)v.get<uint64_t>()
+                                      : (long double)v.get<int64_t>();
     }
 
     const json& root_;

@@ -59,8 +59,8 @@ inline TokenBitmask oracle_mask(const Grammar& g, const TokenVocabulary& v,
     const bool whole = continuations.accepts("");
     for (TokenId t = 0; t < v.size(); ++t) {
         const std::string& bytes = v.token_bytes[size_t(t)];
-        const bool allowed = is_end_token(v, t) ? whole
-                                                : !bytes.empty() && continuations.accepts_prefix(bytes);
+        const bool allowed =
+            is_end_token(v, t) ? whole : !bytes.empty() && continuations.accepts_prefix(bytes);
         if (allowed) mask.set(t);
     }
     return mask;
@@ -76,16 +76,18 @@ inline constexpr const char* kStaleStacks =
 inline std::string token_mistake(const Grammar& g, const TokenVocabulary& v,
                                  const std::string& output, TokenId t, bool allowed) {
     const std::string& bytes = v.token_bytes[size_t(t)];
-    const std::string where = fmt::format("{} after the output {}", shown_token(v, t),
-                                          shown_bytes(output));
+    const std::string where =
+        fmt::format("{} after the output {}", shown_token(v, t), shown_bytes(output));
     if (is_end_token(v, t)) {
-        return allowed ? where + " (an end token) is allowed, but the output is not a whole sentence"
-                       : where + " (an end token) is refused, but the output is a whole sentence";
+        return allowed
+                   ? where + " (an end token) is allowed, but the output is not a whole sentence"
+                   : where + " (an end token) is refused, but the output is a whole sentence";
     }
     if (!allowed) {
-        return where + " is refused, but all of its bytes continue the language: the walk must "
-                       "visit every node whose bytes some stack takes (skip a subtree only when "
-                       "no stack takes its first byte, or none can take a byte after it)" +
+        return where +
+               " is refused, but all of its bytes continue the language: the walk must "
+               "visit every node whose bytes some stack takes (skip a subtree only when "
+               "no stack takes its first byte, or none can take a byte after it)" +
                kStaleStacks;
     }
     PrefixContinuations continuations(g, output);

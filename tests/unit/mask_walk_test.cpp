@@ -44,19 +44,19 @@ std::shared_ptr<const CompiledGrammar> compiled_for(const Grammar& g,
 }
 
 // The walk's mask at the matcher's state, against `want` (the definition).
-void expect_walk_mask(const GrammarMatcher& m, const std::string& output,
-                      const TokenBitmask& want, const std::string& where) {
+void expect_walk_mask(const GrammarMatcher& m, const std::string& output, const TokenBitmask& want,
+                      const std::string& where) {
     TokenBitmask mask;
     m.fill_next_token_bitmask_by_walk(mask);
-    const std::string mistake = test::mask_mistake(m.compiled().grammar(),
-                                                   m.compiled().vocabulary(), output, mask, want);
+    const std::string mistake =
+        test::mask_mistake(m.compiled().grammar(), m.compiled().vocabulary(), output, mask, want);
     ASSERT_TRUE(mistake.empty()) << mistake << "; " << where;
 }
 void expect_walk_mask(const GrammarMatcher& m, const std::string& output,
                       const std::string& where) {
-    expect_walk_mask(
-        m, output, test::oracle_mask(m.compiled().grammar(), m.compiled().vocabulary(), output),
-        where);
+    expect_walk_mask(m, output,
+                     test::oracle_mask(m.compiled().grammar(), m.compiled().vocabulary(), output),
+                     where);
 }
 
 // The cached mask at the matcher's state, against `want` (the definition).
@@ -64,16 +64,17 @@ void expect_cached_mask(const GrammarMatcher& m, const std::string& output,
                         const TokenBitmask& want, const std::string& where) {
     TokenBitmask mask;
     m.fill_next_token_bitmask(mask);
-    const std::string mistake = test::mask_mistake(m.compiled().grammar(),
-                                                   m.compiled().vocabulary(), output, mask, want);
-    ASSERT_TRUE(mistake.empty()) << mistake << "; " << "the cached mask (its entries were built by your walk_token_trie): "
-                           << where;
+    const std::string mistake =
+        test::mask_mistake(m.compiled().grammar(), m.compiled().vocabulary(), output, mask, want);
+    ASSERT_TRUE(mistake.empty())
+        << mistake << "; "
+        << "the cached mask (its entries were built by your walk_token_trie): " << where;
 }
 void expect_cached_mask(const GrammarMatcher& m, const std::string& output,
                         const std::string& where) {
-    expect_cached_mask(
-        m, output, test::oracle_mask(m.compiled().grammar(), m.compiled().vocabulary(), output),
-        where);
+    expect_cached_mask(m, output,
+                       test::oracle_mask(m.compiled().grammar(), m.compiled().vocabulary(), output),
+                       where);
 }
 
 // Random walks: at each state `check` the mask against the definition, then
@@ -92,16 +93,16 @@ void random_walks(const std::shared_ptr<const CompiledGrammar>& compiled, int wa
             if (::testing::Test::HasFatalFailure()) return;
             const TokenId t = test::draw_allowed(allowed, v, step > steps / 2, random.engine());
             if (t < 0) break;
-            ASSERT_TRUE(m.accept_token(t)) << test::shown_token(v, t) << " after "
-                                           << test::shown_bytes(output);
+            ASSERT_TRUE(m.accept_token(t))
+                << test::shown_token(v, t) << " after " << test::shown_bytes(output);
             output += v.token_bytes[size_t(t)];
         }
     }
 }
 
 // Every string of 1 to 3 of `letters`, then random longer ones.
-std::shared_ptr<const TokenVocabulary> letter_vocabulary(const std::string& letters,
-                                                         size_t longer, std::mt19937_64& rng) {
+std::shared_ptr<const TokenVocabulary> letter_vocabulary(const std::string& letters, size_t longer,
+                                                         std::mt19937_64& rng) {
     std::vector<std::string> tokens, level = {""};
     for (int length = 1; length <= 3; ++length) {
         std::vector<std::string> next;
@@ -137,10 +138,10 @@ Grammar key_value_grammar() {
 
 std::vector<std::string> key_value_tokens() {
     std::vector<std::string> tokens = {
-        "{",    "}",     "\"",    ":",     " ",     "\":",   "\": ",  "\":\"", "\"}",   "\" }",
-        ":\"",  ": \"",  "\"k",   "\"k\"", "k\":",  "ab",    "abc\"", "a\"}",  "1",     "12",
-        "12}",  "1 }",   "0",     "01",    "{\"",   "{\"k",  "{\"k\":", "b\":",  "ab\"", "a}",
-        "\"a",  "x",     "}}",    "  ",    "\":1",  "9}",    "k",     "\"\"",  "\"\"}", ":1}"};
+        "{",   "}",    "\"",  ":",     " ",    "\":",  "\": ",    "\":\"", "\"}",   "\" }",
+        ":\"", ": \"", "\"k", "\"k\"", "k\":", "ab",   "abc\"",   "a\"}",  "1",     "12",
+        "12}", "1 }",  "0",   "01",    "{\"",  "{\"k", "{\"k\":", "b\":",  "ab\"",  "a}",
+        "\"a", "x",    "}}",  "  ",    "\":1", "9}",   "k",       "\"\"",  "\"\"}", ":1}"};
     for (char c = 'a'; c <= 'e'; ++c) tokens.push_back(std::string(1, c));
     return tokens;
 }
@@ -179,10 +180,30 @@ TEST(MaskWalk, TokensThatCutAUtf8Character) {
     const int32_t chars = test::star(b, "chars", ref(character));
     b.add_alternative(root, seq({lit("\""), ref(chars), lit("\"")}));
     const Grammar g = b.build("root");
-    const std::vector<std::string> tokens = {
-        "\"", "a", "é", "\xC3", "\xA9", "\xA9\"", "\xC3\xA9\xC3", "中", "\xE4", "\xE4\xB8",
-        "\xB8\xAD", "\xAD", "\xAD\"", "\xC3\"", "\x80", "\xFF", "\xC0\x80", "\xED\xA0\x80",
-        "😀", "\xF0\x9F", "\x98\x80", "\x9F\x98\x80\"", "é\"", "\"é"};
+    const std::vector<std::string> tokens = {"\"",
+                                             "a",
+                                             "é",
+                                             "\xC3",
+                                             "\xA9",
+                                             "\xA9\"",
+                                             "\xC3\xA9\xC3",
+                                             "中",
+                                             "\xE4",
+                                             "\xE4\xB8",
+                                             "\xB8\xAD",
+                                             "\xAD",
+                                             "\xAD\"",
+                                             "\xC3\"",
+                                             "\x80",
+                                             "\xFF",
+                                             "\xC0\x80",
+                                             "\xED\xA0\x80",
+                                             "😀",
+                                             "\xF0\x9F",
+                                             "\x98\x80",
+                                             "\x9F\x98\x80\"",
+                                             "é\"",
+                                             "\"é"};
     const auto compiled = compiled_for(g, test::vocabulary_of(tokens), false);
     for (const std::string document : {"\"é中😀\"", "\"aé\""}) {
         GrammarMatcher m(compiled);
@@ -222,8 +243,8 @@ TEST(MaskWalk, ClearsTheMaskAndReusesItsScratch) {
     MaskScratch scratch(compiled->grammar());
     StackStepper stepper(compiled->grammar());
     const StackSet start = stepper.initial_stacks();
-    const std::vector<std::string> outputs = {"", "{\"k\":\"ab", "{", "{\"k\": 1", "{\"k\":\"",
-                                              "", "{\"k\" :\"a\" ", "{\"k\":9"};
+    const std::vector<std::string> outputs = {
+        "", "{\"k\":\"ab", "{", "{\"k\": 1", "{\"k\":\"", "", "{\"k\" :\"a\" ", "{\"k\":9"};
     for (const std::string& output : outputs) {
         StackSet stacks;
         ASSERT_TRUE(stepper.advance_bytes(start, output, stacks)) << output;
@@ -235,8 +256,10 @@ TEST(MaskWalk, ClearsTheMaskAndReusesItsScratch) {
             for (const TokenId t : vocabulary->end_tokens) mask.set(t);
         }
         const std::string mistake = test::mask_mistake(g, *vocabulary, output, mask);
-        ASSERT_TRUE(mistake.empty()) << mistake << "; " << "fill_mask_by_walk with one scratch for every call (clear the "
-                                  "mask first; start each walk afresh from the given stacks)";
+        ASSERT_TRUE(mistake.empty())
+            << mistake << "; "
+            << "fill_mask_by_walk with one scratch for every call (clear the "
+               "mask first; start each walk afresh from the given stacks)";
     }
 }
 
@@ -294,7 +317,8 @@ void check_visits(const Grammar& g, const TokenTrie& trie, int32_t root,
         if (continuations.accepts_prefix(path)) expected.push_back(node);
     }
     const std::string where = "walking from node " + std::to_string(root) + " (bytes " +
-                              test::shown_bytes(root_bytes) + ") after " + test::shown_bytes(output);
+                              test::shown_bytes(root_bytes) + ") after " +
+                              test::shown_bytes(output);
     EXPECT_EQ(visited, expected)
         << where << ": the visited nodes must be exactly those whose bytes (from the root's) some "
         << "stack takes, in depth-first order, each once; the root itself is not visited";
@@ -402,8 +426,9 @@ TEST(CachedMask, DecidesTokensThatRunPastTheirRuleByTheContext) {
     b.add_alternative(root, seq({lit("{"), ref(str), lit(":"), ref(str), lit("}")}));
     const Grammar g = b.build("root");
     const auto compiled = compiled_for(
-        g, test::vocabulary_of({"[", "{", "\"", "a", "ab", "\",", "\":", "\"]", "\"}", "b\",\"",
-                                "b\":\"", ",", ":", "]", "}", "\"a", "a\"]", "a\"}"}),
+        g,
+        test::vocabulary_of({"[", "{", "\"", "a", "ab", "\",", "\":", "\"]", "\"}", "b\",\"",
+                             "b\":\"", ",", ":", "]", "}", "\"a", "a\"]", "a\"}"}),
         true);
     for (const std::string document : {"[\"ab\",\"a\"]", "{\"ab\":\"a\"}"}) {
         GrammarMatcher m(compiled);

@@ -96,8 +96,9 @@ Walk walk_forward(GrammarMatcher& m, int steps, std::mt19937_64& rng, std::strin
 }
 
 std::shared_ptr<const CompiledGrammar> json_like(test::RandomSource& random) {
-    return compiled_for(test::json_like_grammar(), std::make_shared<TokenVocabulary>(
-                                                       test::synthetic_vocabulary(400, random.seed())));
+    return compiled_for(
+        test::json_like_grammar(),
+        std::make_shared<TokenVocabulary>(test::synthetic_vocabulary(400, random.seed())));
 }
 
 // ---------------------------------------------------------------- accept
@@ -115,8 +116,9 @@ TEST(MatcherAccept, TakesATokenExactlyWhenAllItsBytesContinue) {
                 GrammarMatcher fork = m.fork();
                 const bool took = fork.accept_token(t);
                 ASSERT_EQ(took, want.test(t))
-                    << "accept_token: " << test::token_mistake(compiled->grammar(), v, output, t, took)
-                    << "; " << random.trace();
+                    << "accept_token: "
+                    << test::token_mistake(compiled->grammar(), v, output, t, took) << "; "
+                    << random.trace();
                 ASSERT_EQ(fork.num_tokens(), m.num_tokens() + (took ? 1 : 0))
                     << "accept_token(" << t << ") " << (took ? "took" : "refused")
                     << " the token: num_tokens() must grow by one exactly when a token is taken";
@@ -124,7 +126,9 @@ TEST(MatcherAccept, TakesATokenExactlyWhenAllItsBytesContinue) {
             const Walk next = walk_forward(m, 1, random.engine(), output);
             if (next.tokens.empty()) break;
             output = next.outputs.back();
-            ASSERT_TRUE(state_difference(m, output).empty()) << state_difference(m, output) << "; " << "after accept_token the matcher must stand after all of the token's bytes";
+            ASSERT_TRUE(state_difference(m, output).empty())
+                << state_difference(m, output) << "; "
+                << "after accept_token the matcher must stand after all of the token's bytes";
         }
     }
 }
@@ -141,9 +145,12 @@ TEST(MatcherAccept, ARefusedTokenChangesNothing) {
     for (TokenId t = 0; t < v.size() && refused < 40; ++t) {
         if (want.test(t)) continue;
         ++refused;
-        ASSERT_FALSE(m.accept_token(t)) << test::token_mistake(compiled->grammar(), v, output, t, true);
+        ASSERT_FALSE(m.accept_token(t))
+            << test::token_mistake(compiled->grammar(), v, output, t, true);
         ASSERT_EQ(m.num_tokens(), int32_t(walk.tokens.size()));
-        ASSERT_TRUE(state_difference(m, output).empty()) << state_difference(m, output) << "; " << "after refusing " << test::shown_token(v, t)
+        ASSERT_TRUE(state_difference(m, output).empty())
+            << state_difference(m, output) << "; "
+            << "after refusing " << test::shown_token(v, t)
             << ", the matcher changed: a refused token must change nothing (build the new "
                "state beside the current one; push it only when the bytes were all taken)";
     }
@@ -192,16 +199,19 @@ TEST(MatcherAccept, AcceptBytesMovesTheStateButIsNotAToken) {
         }
         if (next.empty()) break;
         ASSERT_FALSE(m.accept_bytes("\x01")) << "accept_bytes took a byte that cannot follow";
-        ASSERT_TRUE(m.accept_bytes(next)) << test::shown_bytes(next) << " after "
-                                          << test::shown_bytes(output);
+        ASSERT_TRUE(m.accept_bytes(next))
+            << test::shown_bytes(next) << " after " << test::shown_bytes(output);
         output += next;
         ASSERT_EQ(m.num_tokens(), tokens) << "accept_bytes is not a token: num_tokens() must "
                                              "not change (replace the current state's stacks)";
-        ASSERT_TRUE(state_difference(m, output).empty()) << state_difference(m, output) << "; " << "after accept_bytes";
+        ASSERT_TRUE(state_difference(m, output).empty()) << state_difference(m, output) << "; "
+                                                         << "after accept_bytes";
     }
     if (tokens > 0) {
         m.rollback(1);
-        EXPECT_TRUE(state_difference(m, walk.outputs[walk.outputs.size() - 2]).empty()) << state_difference(m, walk.outputs[walk.outputs.size() - 2]) << "; " << "rollback(1) after a token and then bytes must undo both: the bytes belong to the "
+        EXPECT_TRUE(state_difference(m, walk.outputs[walk.outputs.size() - 2]).empty())
+            << state_difference(m, walk.outputs[walk.outputs.size() - 2]) << "; "
+            << "rollback(1) after a token and then bytes must undo both: the bytes belong to the "
                "state after that token";
     }
 }
@@ -221,17 +231,21 @@ TEST(MatcherRollback, ReturnsToEachEarlierStateExactly) {
             m.rollback(n);
             const int32_t k = before - n;
             ASSERT_EQ(m.num_tokens(), k) << "rollback(" << n << ") after " << before << " tokens";
-            ASSERT_TRUE(state_difference(m, walk.outputs[size_t(k)]).empty()) << state_difference(m, walk.outputs[size_t(k)]) << "; " << "after rollback(" << n << ") from " << before << " tokens to " << k
+            ASSERT_TRUE(state_difference(m, walk.outputs[size_t(k)]).empty())
+                << state_difference(m, walk.outputs[size_t(k)]) << "; "
+                << "after rollback(" << n << ") from " << before << " tokens to " << k
                 << ": rollback must return to exactly the state after token " << k
                 << " (the newest states go; those before must be as they were when saved); "
                 << random.trace();
             walk.tokens.resize(size_t(k));
             walk.outputs.resize(size_t(k) + 1);
-            const Walk more = walk_forward(m, int(random.integer(1, 6)), random.engine(),
-                                           walk.outputs.back());
+            const Walk more =
+                walk_forward(m, int(random.integer(1, 6)), random.engine(), walk.outputs.back());
             walk.tokens.insert(walk.tokens.end(), more.tokens.begin(), more.tokens.end());
             walk.outputs.insert(walk.outputs.end(), more.outputs.begin() + 1, more.outputs.end());
-            ASSERT_TRUE(state_difference(m, walk.outputs.back()).empty()) << state_difference(m, walk.outputs.back()) << "; " << "walking on after rollback(" << n << ")";
+            ASSERT_TRUE(state_difference(m, walk.outputs.back()).empty())
+                << state_difference(m, walk.outputs.back()) << "; "
+                << "walking on after rollback(" << n << ")";
         }
     }
 }
@@ -243,12 +257,17 @@ TEST(MatcherRollback, RollingBackEverythingReturnsToTheStart) {
     const Walk walk = walk_forward(m, 8, random.engine());
     m.rollback(0);
     EXPECT_EQ(m.num_tokens(), int32_t(walk.tokens.size())) << "rollback(0) changes nothing";
-    EXPECT_TRUE(state_difference(m, walk.outputs.back()).empty()) << state_difference(m, walk.outputs.back()) << "; " << "rollback(0) changes nothing";
+    EXPECT_TRUE(state_difference(m, walk.outputs.back()).empty())
+        << state_difference(m, walk.outputs.back()) << "; "
+        << "rollback(0) changes nothing";
     m.rollback(m.num_tokens());
     EXPECT_EQ(m.num_tokens(), 0);
-    EXPECT_TRUE(state_difference(m, "").empty()) << state_difference(m, "") << "; " << "rollback(num_tokens()) returns to the start";
+    EXPECT_TRUE(state_difference(m, "").empty()) << state_difference(m, "") << "; "
+                                                 << "rollback(num_tokens()) returns to the start";
     const Walk again = walk_forward(m, 5, random.engine());
-    EXPECT_TRUE(state_difference(m, again.outputs.back()).empty()) << state_difference(m, again.outputs.back()) << "; " << "walking again from the start";
+    EXPECT_TRUE(state_difference(m, again.outputs.back()).empty())
+        << state_difference(m, again.outputs.back()) << "; "
+        << "walking again from the start";
 }
 
 TEST(MatcherRollback, ForksAreIndependent) {
@@ -260,10 +279,16 @@ TEST(MatcherRollback, ForksAreIndependent) {
     const Walk mine = walk_forward(m, 4, random.engine(), shared.outputs.back());
     fork.rollback(2);
     const Walk theirs = walk_forward(fork, 4, random.engine(), shared.outputs[3]);
-    EXPECT_TRUE(state_difference(m, mine.outputs.back()).empty()) << state_difference(m, mine.outputs.back()) << "; " << "the original after its fork moved";
-    EXPECT_TRUE(state_difference(fork, theirs.outputs.back()).empty()) << state_difference(fork, theirs.outputs.back()) << "; " << "the fork";
+    EXPECT_TRUE(state_difference(m, mine.outputs.back()).empty())
+        << state_difference(m, mine.outputs.back()) << "; "
+        << "the original after its fork moved";
+    EXPECT_TRUE(state_difference(fork, theirs.outputs.back()).empty())
+        << state_difference(fork, theirs.outputs.back()) << "; "
+        << "the fork";
     m.rollback(m.num_tokens() - 5);
-    EXPECT_TRUE(state_difference(m, shared.outputs.back()).empty()) << state_difference(m, shared.outputs.back()) << "; " << "rollback to the fork point";
+    EXPECT_TRUE(state_difference(m, shared.outputs.back()).empty())
+        << state_difference(m, shared.outputs.back()) << "; "
+        << "rollback to the fork point";
 }
 
 }  // namespace

@@ -31,49 +31,78 @@ class RandomJsonSchema {
     // a response format is), with a $defs entry when one was drawn.
     json draw(int max_depth = 3) {
         defs_ = json::object();
-        json schema = pick(4) == 0 ? any(max_depth) : pick(3) == 0 ? array(max_depth) : object(max_depth);
+        json schema = pick(4) == 0   ? any(max_depth)
+                      : pick(3) == 0 ? array(max_depth)
+                                     : object(max_depth);
         if (!defs_.empty()) schema["$defs"] = defs_;
         return schema;
     }
 
   private:
     size_t pick(size_t n) { return size_t(rng_() % n); }
-    int64_t between(int64_t low, int64_t high) { return low + int64_t(pick(size_t(high - low + 1))); }
+    int64_t between(int64_t low, int64_t high) {
+        return low + int64_t(pick(size_t(high - low + 1)));
+    }
 
     json any(int depth) {
         if (depth <= 0) return scalar();
         switch (pick(9)) {
-            case 0: case 1: return object(depth);
-            case 2: case 3: return array(depth);
-            case 4: return any_of(depth);
-            case 5: return definition(depth);
-            default: return scalar();
+            case 0:
+            case 1:
+                return object(depth);
+            case 2:
+            case 3:
+                return array(depth);
+            case 4:
+                return any_of(depth);
+            case 5:
+                return definition(depth);
+            default:
+                return scalar();
         }
     }
 
     json scalar() {
         switch (pick(8)) {
-            case 0: return string_schema();
-            case 1: return integer_schema();
-            case 2: return json{{"type", "number"}};
-            case 3: return json{{"type", "boolean"}};
-            case 4: return json{{"type", "null"}};
-            case 5: return enum_schema();
-            case 6: return json{{"type", json::array({"string", "integer"})}};
-            default: return pick(2) ? string_schema() : integer_schema();
+            case 0:
+                return string_schema();
+            case 1:
+                return integer_schema();
+            case 2:
+                return json{{"type", "number"}};
+            case 3:
+                return json{{"type", "boolean"}};
+            case 4:
+                return json{{"type", "null"}};
+            case 5:
+                return enum_schema();
+            case 6:
+                return json{{"type", json::array({"string", "integer"})}};
+            default:
+                return pick(2) ? string_schema() : integer_schema();
         }
     }
 
     json string_schema() {
         json s = {{"type", "string"}};
         switch (pick(5)) {
-            case 0: s["minLength"] = between(0, 3); break;
-            case 1: s["maxLength"] = between(0, 6); break;
-            case 2: s["pattern"] = pick(2) ? "^[a-c]+$" : "^x[0-9]{2}$"; break;
-            case 3: s["format"] = pick(2) ? "date" : "uuid"; break;
-            default: break;
+            case 0:
+                s["minLength"] = between(0, 3);
+                break;
+            case 1:
+                s["maxLength"] = between(0, 6);
+                break;
+            case 2:
+                s["pattern"] = pick(2) ? "^[a-c]+$" : "^x[0-9]{2}$";
+                break;
+            case 3:
+                s["format"] = pick(2) ? "date" : "uuid";
+                break;
+            default:
+                break;
         }
-        if (s.contains("minLength") && pick(2)) s["maxLength"] = s["minLength"].get<int64_t>() + between(0, 4);
+        if (s.contains("minLength") && pick(2))
+            s["maxLength"] = s["minLength"].get<int64_t>() + between(0, 4);
         return s;
     }
 
@@ -86,8 +115,8 @@ class RandomJsonSchema {
     }
 
     json enum_schema() {
-        const json pool = json::array({"red", "green", 1, 2.5, true, nullptr, "é", json::array({1}),
-                                       json{{"k", "v"}}});
+        const json pool = json::array(
+            {"red", "green", 1, 2.5, true, nullptr, "é", json::array({1}), json{{"k", "v"}}});
         json values = json::array();
         const size_t n = 1 + pick(4);
         for (size_t i = 0; i < n; ++i) values.push_back(pool[pick(pool.size())]);
@@ -108,12 +137,18 @@ class RandomJsonSchema {
             if (pick(2)) required.push_back(name);
         }
         switch (pick(3)) {
-            case 0: s["additionalProperties"] = false; break;
-            case 1: s["additionalProperties"] = scalar(); break;
-            default: break;  // absent: any extra property
+            case 0:
+                s["additionalProperties"] = false;
+                break;
+            case 1:
+                s["additionalProperties"] = scalar();
+                break;
+            default:
+                break;  // absent: any extra property
         }
         if (pick(6) == 0 && s.value("additionalProperties", json(true)) != json(false)) {
-            required.push_back("extra");  // required, not listed: its value follows additionalProperties
+            required.push_back(
+                "extra");  // required, not listed: its value follows additionalProperties
         }
         if (!required.empty()) s["required"] = required;
         return s;
@@ -123,7 +158,8 @@ class RandomJsonSchema {
         json s = {{"type", "array"}};
         if (pick(3) == 0) {
             s["prefixItems"] = json::array();
-            for (size_t k = 0, n = 1 + pick(2); k < n; ++k) s["prefixItems"].push_back(any(depth - 1));
+            for (size_t k = 0, n = 1 + pick(2); k < n; ++k)
+                s["prefixItems"].push_back(any(depth - 1));
         }
         const size_t rest = pick(4);
         if (rest == 0 && s.contains("prefixItems")) s["items"] = false;
