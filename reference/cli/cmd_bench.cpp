@@ -214,6 +214,7 @@ void add_bench(CLI::App& app) {
     add_bench_quantize(*cmd);
     add_bench_prefix_cache(*cmd);
     add_bench_structured(*cmd);
+    add_bench_grammar(*cmd);
     // With a subcommand (throughput, speculative, ...) that one does the work.
     cmd->callback([opts, cmd] {
         if (cmd->get_subcommands().empty()) run_bench(*opts);

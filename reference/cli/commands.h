@@ -30,6 +30,7 @@ void add_bench_serve(CLI::App& bench);         // `bench serve`: a trace against
 void add_bench_quantize(CLI::App& bench);      // `bench quantize`: RTN/AWQ/GPTQ speed
 void add_bench_prefix_cache(CLI::App& bench);  // `bench prefix-cache`: no model (Lab 11)
 void add_bench_structured(CLI::App& bench);    // `bench structured`: JSON schemas (Lab 12)
+void add_bench_grammar(CLI::App& bench);       // `bench grammar`: token masks (Lab 12)
 void add_logits(CLI::App& app);                // raw logits of a prompt (oracle tests)
 void add_make_tiny_model(CLI::App& app);       // random small llama GGUF
 void add_quantize(CLI::App& app);              // RTN / AWQ / GPTQ to a GGUF (Lab 10)

@@ -1,4 +1,6 @@
-// grammar_matcher.cpp — see grammar_matcher.h.
+// grammar_matcher.cpp — see grammar_matcher.h: the matcher's start, its masks
+// and what it says about its state. Taking tokens and bytes, and rolling
+// them back, is in matcher_accept.cpp (Lab 12's exercise).
 #include "reference/constrained/grammar_matcher.h"
 
 #include <fmt/format.h>
@@ -21,45 +23,6 @@ const Grammar& grammar_of(const std::shared_ptr<const CompiledGrammar>& compiled
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar)
     : grammar_(std::move(grammar)), scratch_(grammar_of(grammar_)) {
     states_.push_back({scratch_.stepper.initial_stacks(), false});
-}
-
-bool GrammarMatcher::accept_token(TokenId token) {
-    const TokenVocabulary& vocabulary = grammar_->vocabulary();
-    if (token < 0 || token >= vocabulary.size()) {
-        throw Error(fmt::format("token id {} is outside the grammar's vocabulary ({} tokens)",
-                                token, vocabulary.size()));
-    }
-    if (now().ended) return false;
-    if (is_end_token(token)) return accept_end_token();
-    const std::string& bytes = vocabulary.token_bytes[size_t(token)];
-    State next;
-    if (bytes.empty() || !scratch_.stepper.advance_bytes(now().stacks, bytes, next.stacks)) {
-        return false;
-    }
-    states_.push_back(std::move(next));
-    return true;
-}
-
-bool GrammarMatcher::accept_end_token() {
-    if (!can_terminate()) return false;
-    states_.push_back({now().stacks, true});
-    return true;
-}
-
-bool GrammarMatcher::accept_bytes(std::string_view bytes) {
-    if (now().ended) return false;
-    StackSet next;
-    if (!scratch_.stepper.advance_bytes(now().stacks, bytes, next)) return false;
-    states_.back().stacks = std::move(next);
-    return true;
-}
-
-void GrammarMatcher::rollback(int32_t num_tokens) {
-    if (num_tokens < 0 || num_tokens > this->num_tokens()) {
-        throw Error(fmt::format("cannot roll back {} tokens: the matcher has accepted {}",
-                                num_tokens, this->num_tokens()));
-    }
-    states_.erase(states_.end() - num_tokens, states_.end());
 }
 
 void GrammarMatcher::fill_next_token_bitmask(TokenBitmask& mask) const {

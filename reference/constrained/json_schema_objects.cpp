@@ -152,6 +152,16 @@ ArrayItems array_items(JsonSchemaConverter& converter, const json& schema,
 }  // namespace
 
 int32_t JsonSchemaConverter::object_rule(const json& schema, const std::string& path) {
+    // BEGIN SOLUTION lab12 (JsonSchemaConverter::object_rule)
+    // HINT: object_members gives the members in schema order (nullopt: the object validates
+    // HINT: nothing: kNoValue); extra_member_rules the (pick, after) pair for the extra
+    // HINT: properties (pick is kNoValue when there are none). Then from the last member
+    // HINT: back, two new rules per member i: pick_i (the next member written, any comma
+    // HINT: already behind: member_i then after_{i+1}, or, if member_i is optional,
+    // HINT: pick_{i+1}) and after_i (once something was written: "," ws pick_i, or the end
+    // HINT: if no member from i on is required). member_symbols spells one member
+    // HINT: (json_string_literal its key). The object: "{" ws pick_0 "}", and "{" ws "}"
+    // HINT: when no member is required.
     const int32_t extra_value = value_rule(schema.value("additionalProperties", json(true)),
                                            child_path(path, "additionalProperties"));
     const std::optional<std::vector<ObjectMember>> members =
@@ -181,9 +191,19 @@ int32_t JsonSchemaConverter::object_rule(const json& schema, const std::string& 
     if (all_optional) alternatives.push_back(lit("{") + ref(ws) + lit("}"));
     if (pick != kNoValue) alternatives.push_back(lit("{") + ref(ws) + ref(pick) + lit("}"));
     return new_rule(path, "object", alternatives);
+    // END SOLUTION
 }
 
 int32_t JsonSchemaConverter::array_rule(const json& schema, const std::string& path) {
+    // BEGIN SOLUTION lab12 (JsonSchemaConverter::array_rule)
+    // HINT: array_items gives the prefix items' rules and the rest's (kNoValue: validates
+    // HINT: nothing). The most elements allowed: maxItems, lowered to k at the first prefix
+    // HINT: item k that validates nothing, and to the prefix's length when the rest
+    // HINT: validates nothing; minItems above that: kNoValue. Then after(k), what may follow
+    // HINT: once k elements are written, from the last k back to 1: "" when k >= minItems,
+    // HINT: and "," ws element(k) ws after(k+1) while more may come (with no limit the last
+    // HINT: after loops on itself). The array: "[" ws "]" when minItems is 0, and "[" ws
+    // HINT: element(0) ws after(1) "]" when at least one element is allowed.
     const ArrayItems items = array_items(*this, schema, path);
     const int64_t min_items = count_keyword(schema, "minItems", path).value_or(0);
     // At most this many elements: maxItems, and no element of a schema that
@@ -221,6 +241,7 @@ int32_t JsonSchemaConverter::array_rule(const json& schema, const std::string& p
                                lit("]"));
     }
     return new_rule(path, "array", alternatives);
+    // END SOLUTION
 }
 
 }  // namespace servelab

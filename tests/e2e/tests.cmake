@@ -22,6 +22,10 @@
 #                               Python's json and jsonschema; --check against mutations
 #   bench_structured_smoke      Lab 12: `servelab bench structured` and its report on two
 #                               small schemas; stopped outputs judged by jsonschema
+#   bench_grammar_jsonschema    Lab 12: constrained random walks on SmolLM2's vocabulary
+#                               (bench grammar, cached mask checked against the trie walk at
+#                               every step), each finished output against jsonschema (skipped,
+#                               exit 77, without the model)
 
 set(SERVELAB_E2E_SCRIPT ${CMAKE_SOURCE_DIR}/tests/e2e/test_numpy_oracle.py)
 set(SERVELAB_E2E_MODEL ${CMAKE_SOURCE_DIR}/data/models/SmolLM2-135M-Instruct.Q4_1.gguf)
@@ -154,6 +158,11 @@ if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
             --servelab $<TARGET_FILE:servelab>)
   set_tests_properties(bench_structured_smoke PROPERTIES LABELS "e2e" TIMEOUT 120
     SKIP_RETURN_CODE 77)
+  add_test(NAME bench_grammar_jsonschema
+    COMMAND ${SERVELAB_PYTHON} ${CMAKE_SOURCE_DIR}/tests/e2e/test_bench_grammar.py
+            --servelab $<TARGET_FILE:servelab>)
+  set_tests_properties(bench_grammar_jsonschema PROPERTIES LABELS "e2e" TIMEOUT 180
+    SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=1")
 endif()
 
 # Lab 4's request traces (data/traces/) must match their generator.

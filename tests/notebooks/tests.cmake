@@ -42,6 +42,10 @@
 #                                   radix+LPM on four traces and five pool sizes (bench prefix-cache,
 #                                   no model); throughput and TTFT with the model (tools/reports/radix_table.py;
 #                                   small mode: a tiny model, 4 requests); a drawing of the tree
+#   notebook_lab12_constrained_decoding  token-mask time against the vocabulary's size and per
+#                                   grammar, by the trie walk and from the mask cache, compile
+#                                   times, dependent tokens per cache entry (bench grammar, no
+#                                   forward pass; small mode: 512 and 2,048 tokens, short walks)
 #   notebook_serving_latency        TTFT/TPOT/E2E percentiles, throughput and goodput against the
 #                                   request rate (tools/reports/serve_side_by_side.py; small mode: servelab
 #                                   alone on a tiny model, no llama.cpp)
@@ -75,7 +79,8 @@ if(servelab_notebooks_ready)
     "OMP_NUM_THREADS=1")
   foreach(notebook lab01_naive_decoding lab02_kv_cache lab03_kv_compression lab04_paged_attention
                   lab05_continuous_batching lab06_speculative_decoding lab07_tensor_parallelism
-                  lab08_kernels lab09_flash_attention lab10_weight_quantization lab11_radix_attention serving_latency
+                  lab08_kernels lab09_flash_attention lab10_weight_quantization lab11_radix_attention
+                  lab12_constrained_decoding serving_latency
                   triangle)
     add_test(NAME notebook_${notebook}
       COMMAND ${SERVELAB_PYTHON} -m jupyter nbconvert --to notebook --execute

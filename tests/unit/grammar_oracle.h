@@ -113,27 +113,35 @@ class EarleyRecognizer {
 
     // Runs the input through; false as soon as a set is empty.
     bool run(std::string_view bytes) {
-        sets_.assign(bytes.size() + 1, {});
-        seen_.assign(bytes.size() + 1, {});
+        sets_.assign(1, {});
+        seen_.assign(1, {});
         predict(g_.root_rule(), 0);
-        for (size_t k = 0; k <= bytes.size(); ++k) {
-            // The set grows while it is processed: walk it by index.
-            for (size_t i = 0; i < sets_[k].size(); ++i) {
-                const Item item = sets_[k][i];
-                const GrammarElement& e = g_.element(item.position);
-                if (e.kind == Kind::kEnd) {
-                    complete(e.index, item.origin, k);
-                } else if (e.kind == Kind::kRule) {
-                    predict(e.index, k);
-                    if (nullable_[size_t(e.index)]) add(k, {item.position + 1, item.origin});
-                } else if (k < bytes.size() && g_.byte_set(e.index).contains(uint8_t(bytes[k]))) {
-                    add(k + 1, {item.position + 1, item.origin});
-                }
-            }
-            if (sets_[k].empty()) return false;
-        }
-        return true;
+        close(0);
+        return !sets_[0].empty() && extend(bytes);
     }
+
+    // Runs `more` after what was run so far (a run() first); false as soon
+    // as a set is empty (the sets of the bytes taken stay, for truncate).
+    bool extend(std::string_view more) {
+        for (const char byte : more) {
+            const size_t k = sets_.size() - 1;
+            if (sets_[k].empty()) return false;
+            sets_.emplace_back();
+            seen_.emplace_back();
+            scan(k, uint8_t(byte));
+            close(k + 1);
+            if (sets_[k + 1].empty()) return false;
+        }
+        return !sets_.back().empty();
+    }
+
+    // Forgets all but the first `num_bytes` bytes run (extend can go on
+    // from there): one recognizer checks many continuations of one prefix.
+    void truncate(size_t num_bytes) {
+        sets_.resize(num_bytes + 1);
+        seen_.resize(num_bytes + 1);
+    }
+    size_t bytes_run() const { return sets_.size() - 1; }
 
     // After run(): whether the whole input is a sentence.
     bool complete_sentence() const {
@@ -153,6 +161,31 @@ class EarleyRecognizer {
     void add(size_t k, Item item) {
         const uint64_t key = (uint64_t(uint32_t(item.position)) << 32) | uint32_t(item.origin);
         if (seen_[k].insert(key).second) sets_[k].push_back(item);
+    }
+
+    // Predicts and completes in set k until nothing changes (the set grows
+    // while it is processed: walked by index).
+    void close(size_t k) {
+        for (size_t i = 0; i < sets_[k].size(); ++i) {
+            const Item item = sets_[k][i];
+            const GrammarElement& e = g_.element(item.position);
+            if (e.kind == Kind::kEnd) {
+                complete(e.index, item.origin, k);
+            } else if (e.kind == Kind::kRule) {
+                predict(e.index, k);
+                if (nullable_[size_t(e.index)]) add(k, {item.position + 1, item.origin});
+            }
+        }
+    }
+
+    // The items of set k whose byte set holds `byte` move on, into set k + 1.
+    void scan(size_t k, uint8_t byte) {
+        for (const Item item : sets_[k]) {
+            const GrammarElement& e = g_.element(item.position);
+            if (e.kind == Kind::kBytes && g_.byte_set(e.index).contains(byte)) {
+                add(k + 1, {item.position + 1, item.origin});
+            }
+        }
     }
 
     void predict(int32_t rule, size_t k) {
@@ -228,6 +261,37 @@ inline bool grammar_accepts_prefix(const Grammar& g, std::string_view bytes) {
     grammar_oracle_detail::EarleyRecognizer recognizer(g);
     return recognizer.run(bytes);
 }
+
+// grammar_accepts_prefix(g, prefix + more) and grammar_accepts(g, prefix +
+// more) for many `more` after one `prefix`: the prefix is run once, and each
+// continuation from its sets (the check a token mask needs: every token
+// after the output so far).
+class PrefixContinuations {
+  public:
+    PrefixContinuations(const Grammar& g, std::string_view prefix) : recognizer_(g) {
+        viable_ = recognizer_.run(prefix);
+        prefix_bytes_ = prefix.size();
+    }
+    // Whether some sentence starts with prefix + more.
+    bool accepts_prefix(std::string_view more) {
+        if (!viable_) return false;
+        const bool viable = recognizer_.extend(more);
+        recognizer_.truncate(prefix_bytes_);
+        return viable;
+    }
+    // Whether prefix + more is a whole sentence.
+    bool accepts(std::string_view more) {
+        if (!viable_) return false;
+        const bool whole = recognizer_.extend(more) && recognizer_.complete_sentence();
+        recognizer_.truncate(prefix_bytes_);
+        return whole;
+    }
+
+  private:
+    grammar_oracle_detail::EarleyRecognizer recognizer_;
+    bool viable_ = false;
+    size_t prefix_bytes_ = 0;
+};
 
 // A random sentence of `g`: a random derivation from the root that picks,
 // at each rule, among the alternatives whose least depth fits what is left

@@ -134,6 +134,43 @@ TEST(GrammarOracle, AgreesWithBruteForceOnSmallGrammars) {
     EXPECT_GT(num_grammars, 100);
 }
 
+// PrefixContinuations (one prefix run, many continuations from its sets)
+// answers as whole runs do, for every split of every short string.
+TEST(GrammarOracle, ContinuationsAgreeWithWholeRuns) {
+    RandomSource random;
+    SCOPED_TRACE(random.trace());
+    const std::vector<std::string> strings = all_strings();
+    for (int trial = 0; trial < 60; ++trial) {
+        const Rules rules = random_rules(random);
+        GrammarBuilder builder;
+        for (size_t r = 0; r < rules.size(); ++r) builder.rule(fmt::format("r{}", r));
+        for (size_t r = 0; r < rules.size(); ++r) {
+            for (const auto& alternative : rules[r])
+                builder.add_alternative(int32_t(r), alternative);
+        }
+        Grammar g;
+        try {
+            g = builder.build("r0");
+        } catch (const GrammarError&) {
+            continue;
+        }
+        SCOPED_TRACE("grammar\n" + g.to_string());
+        for (size_t split = 0; split <= 2; ++split) {
+            for (const std::string& prefix : strings) {
+                if (prefix.size() != split) continue;
+                test::PrefixContinuations continuations(g, prefix);
+                for (const std::string& more : strings) {
+                    ASSERT_EQ(continuations.accepts_prefix(more),
+                              test::grammar_accepts_prefix(g, prefix + more))
+                        << '"' << prefix << "\" + \"" << more << '"';
+                    ASSERT_EQ(continuations.accepts(more), test::grammar_accepts(g, prefix + more))
+                        << '"' << prefix << "\" + \"" << more << '"';
+                }
+            }
+        }
+    }
+}
+
 TEST(GrammarOracle, PrefixesNeverLeadIntoRulesThatDeriveNothing) {
     // "x" can only go on into `never`, which derives no finite string.
     GrammarBuilder builder;
