@@ -210,6 +210,8 @@ TEST(HiddenLab12MaskWalk, OneScratchAcrossUnrelatedStates) {
         StackSet stacks;
         ASSERT_TRUE(stepper.advance_bytes(stepper.initial_stacks(), output, stacks));
         TokenBitmask mask(v->size());
+        for (TokenId t = 0; t < mask.size(); t += 1 + TokenId(round % 3))
+            mask.set(t);  // stale bits
         fill_mask_by_walk(compiled->trie(), stacks, scratch, mask);
         if (test::grammar_accepts(g, output)) {
             for (const TokenId t : v->end_tokens) mask.set(t);
@@ -366,6 +368,24 @@ TEST(HiddenLab12Schema, SevenPropertiesEverySubset) {
         texts.push_back(text + (text.size() > 1 ? "," : "") + "\"zz\":1}");
     }
     expect_same_verdicts(schema, texts);
+}
+
+// Refused keywords deep in objects and arrays name their whole path.
+TEST(HiddenLab12Schema, RefusalsNameTheirPathThroughObjectsAndArrays) {
+    const auto refused_at = [](const json& schema) -> std::string {
+        try {
+            json_schema_grammar(schema);
+        } catch (const SchemaError& e) {
+            return e.keyword();
+        }
+        return "no error";
+    };
+    const json deep = json::parse(R"({"type": "array", "prefixItems": [{"type": "object",
+        "properties": {"x": {"type": "object", "additionalProperties": {"uniqueItems": true}}}}]})");
+    EXPECT_EQ(refused_at(deep), "prefixItems.0.properties.x.additionalProperties.uniqueItems");
+    const json extra =
+        json::parse(R"({"additionalProperties": {"type": "array", "items": {"not": {}}}})");
+    EXPECT_EQ(refused_at(extra), "additionalProperties.items.not");
 }
 
 TEST(HiddenLab12Schema, MinItemsPastAPrefixThatEndsEarly) {

@@ -232,6 +232,27 @@ TEST(SchemaObjects, NestedObjectsAndRequiredNamesNotListed) {
     }
 }
 
+// A keyword the converter refuses, deep inside an object or an array, is
+// named by its whole path: each rule passes its own path on to the values
+// it converts (child_path(path, "additionalProperties"), ...).
+TEST(SchemaObjects, ARefusedKeywordInsideNamesItsPath) {
+    const auto refused_at = [](const char* schema) -> std::string {
+        try {
+            json_schema_grammar(json::parse(schema));
+        } catch (const SchemaError& e) {
+            return e.keyword();
+        }
+        return "no error";
+    };
+    EXPECT_EQ(refused_at(R"({"properties": {"a": {"type": "object",
+                                 "additionalProperties": {"multipleOf": 2}}}})"),
+              "properties.a.additionalProperties.multipleOf")
+        << "the value of additionalProperties is converted at path + \".additionalProperties\"";
+    EXPECT_EQ(refused_at(R"({"type": "array", "items": {"type": "array",
+                                 "prefixItems": [{"type": "integer"}, {"multipleOf": 2}]}})"),
+              "items.prefixItems.1.multipleOf");
+}
+
 // ---------------------------------------------------------------- arrays
 
 // Why the grammar and the validator disagree on an array text.
