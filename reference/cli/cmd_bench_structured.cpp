@@ -89,6 +89,7 @@ struct StructuredRun {
     double decode_ms = 0;  // steps that computed no prompt token
     int64_t decode_tokens = 0;
     int64_t decode_steps = 0;
+    int64_t prefill_tokens = 0;                        // computed (the prefix cache's misses)
     std::vector<double> mask_us;                       // every mask of the run
     std::vector<std::vector<double>> mask_us_by_case;  // at batch 1 only
     std::vector<StructuredOutput> outputs;             // by case
@@ -232,6 +233,7 @@ StructuredRun run_structured_arm(Engine& engine, const std::vector<StructuredCas
             o.text = std::move(f.result.text);
             o.finish_reason = f.result.finish_reason;
         }
+        run.prefill_tokens += out.num_prefill_tokens;
         if (out.num_prefill_tokens > 0) continue;  // the same prompts in both arms
         run.decode_ms += step_ms;
         run.decode_tokens += int64_t(out.tokens.size());
@@ -338,6 +340,11 @@ nlohmann::json report_structured_batch(const StructuredBatch& b) {
         {"ratio", percentile(ratios, 50)},
         {"ratios", ratios},
         {"rows_per_decode_step", steps > 0 ? double(tokens) / double(steps) : 0.0},
+        // Prompt tokens the last round computed: a few per prompt when the
+        // prefix cache kept them.
+        {"prefill_tokens_last_round",
+         {{"constrained", b.constrained.back().prefill_tokens},
+          {"unconstrained", b.unconstrained.back().prefill_tokens}}},
         {"mask", mask_summary(masks)},
         {"outputs", b.constrained.back().outputs.size()},
         {"finished_stop", stopped},

@@ -41,7 +41,7 @@ def test_report(servelab, workdir):
     done = subprocess.run(
         [sys.executable, os.path.join(ROOT, "tools/reports/structured_report.py"), "--servelab-only",
          "--servelab-bin", servelab, "--schemas", *SCHEMAS, "--max-tokens", "24", "--repeats", "1",
-         "--concurrency", "1", "2", "--threads", "2", "--out", out],
+         "--concurrency", "1", "2", "--threads", "1", "--out", out],
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     check("structured_report.py exits 0 (every stopped output valid)", done.returncode == 0,
           done.stderr[-2000:])
