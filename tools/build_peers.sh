@@ -21,10 +21,34 @@
 # tile state. The explicit flags give the same SIMD kernels llama.cpp's
 # release builds use, and nothing the guest cannot run.
 #
-# Usage: tools/build_peers.sh [--print-dir]   (prints build/peers/bin at the end)
+# --cuda builds the GPU peer instead (issue 48): llama.cpp's CUDA backend,
+# only llama-bench and llama-batched-bench, into build/peers-cuda/bin/, with
+# its own stamp, from the same sdist (build/peers/ keeps the tarball and the
+# unpacked source for both builds). tools/gpu_check.sh carries the two
+# binaries to the lent H200 and runs them on the same GGUF files as servelab.
+# Its flags, and why:
+#   - GGML_CUDA=ON for sm_90 only (90-real: Hopper machine code, no PTX), so
+#     nvcc compiles each of the ~140 kernel files once, not for eight GPUs;
+#   - flash attention ON (llama.cpp's default: the peer runs as a user gets
+#     it), its vector kernels only for the f16 K/V cache both benchmarks use
+#     (GGML_CUDA_FA_QUANTS=f16-f16; the other cache types are never touched);
+#   - static: BUILD_SHARED_LIBS=OFF and the CUDA runtime linked from
+#     libcudart_static.a. cuBLAS stays shared (this toolkit ships no static
+#     cuBLAS); the GPU machine has the same CUDA 13 toolkit, whose lib64
+#     gpu_check.sh puts on LD_LIBRARY_PATH;
+#   - the CPU side at AVX2 only and without OpenMP, since the GPU machine's
+#     CPU is not this one and does no work in a full offload;
+#   - stripped, to fit the device tool's 64 MiB carry limit.
+# On 2 cores it takes an hour or more (JOBS=2 nice -n 19 is what the course
+# machines can spare); the log is build/peers-cuda/build.log.
+#
+# Usage: tools/build_peers.sh [--cuda] [--print-dir]   (prints the bin folder at the end)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-PEERS="$ROOT/build/peers"
+SDIST_DIR="$ROOT/build/peers"
+PEERS="$SDIST_DIR"
+CUDA_PEER=0
+if [[ "${1:-}" == "--cuda" ]]; then CUDA_PEER=1; PEERS="$ROOT/build/peers-cuda"; shift; fi
 VERSION="$(sed -n 's/^llama-cpp-python\[server\]==\([0-9.]*\).*/\1/p' "$ROOT/tools/setup/requirements-peers.txt")"
 if [[ -z "$VERSION" ]]; then
     echo "build_peers: no llama-cpp-python pin in tools/setup/requirements-peers.txt" >&2
@@ -34,6 +58,18 @@ JOBS="${JOBS:-$(nproc)}"
 log() { echo "[build-peers] $*" >&2; }
 
 has_flag() { grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -qx "$1"; }
+cuda_flags() {
+    local cuda_home="${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")}"
+    CMAKE_FLAGS=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF
+        -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+        -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+        -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real -DGGML_CUDA_FA=ON
+        -DGGML_CUDA_FA_QUANTS=f16-f16 -DGGML_CUDA_NCCL=OFF
+        "-DCMAKE_CUDA_COMPILER=$cuda_home/bin/nvcc"
+        "-DCUDA_cudart_LIBRARY=$cuda_home/lib64/libcudart_static.a"
+        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+        -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF)
+}
 CMAKE_FLAGS=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_OPENMP=ON
     -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
     -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
@@ -46,8 +82,12 @@ if has_flag avx512f && has_flag avx512bw && has_flag avx512vl; then
     has_flag avx512vbmi && CMAKE_FLAGS+=(-DGGML_AVX512_VBMI=ON)
 fi
 has_flag avx_vnni && CMAKE_FLAGS+=(-DGGML_AVX_VNNI=ON)
-STAMP_TEXT="llama-cpp-python==$VERSION ${CMAKE_FLAGS[*]}"
 TOOLS=(llama-bench llama-batched-bench llama-server llama-perplexity llama-completion)
+if ((CUDA_PEER)); then
+    cuda_flags
+    TOOLS=(llama-bench llama-batched-bench)
+fi
+STAMP_TEXT="llama-cpp-python==$VERSION ${CMAKE_FLAGS[*]}"
 
 stamp_matches() { [[ -f "$PEERS/stamp" && "$(cat "$PEERS/stamp")" == "$STAMP_TEXT" ]]; }
 
@@ -65,19 +105,19 @@ tools_to_build() {
 }
 
 if ! all_built; then
-    mkdir -p "$PEERS"
-    SDIST="$PEERS/llama_cpp_python-$VERSION.tar.gz"
+    mkdir -p "$PEERS" "$SDIST_DIR"
+    SDIST="$SDIST_DIR/llama_cpp_python-$VERSION.tar.gz"
     if [[ ! -f "$SDIST" ]]; then
         log "downloading the llama-cpp-python $VERSION sdist (about 75 MB)"
         python3 -m pip download -q --no-binary :all: --no-deps \
-            "llama-cpp-python==$VERSION" -d "$PEERS/download"
-        mv "$PEERS/download/llama_cpp_python-$VERSION.tar.gz" "$SDIST"
-        rm -rf "$PEERS/download"
+            "llama-cpp-python==$VERSION" -d "$SDIST_DIR/download"
+        mv "$SDIST_DIR/download/llama_cpp_python-$VERSION.tar.gz" "$SDIST"
+        rm -rf "$SDIST_DIR/download"
     fi
-    SRC="$PEERS/src/llama_cpp_python-$VERSION"
+    SRC="$SDIST_DIR/src/llama_cpp_python-$VERSION"
     if [[ ! -d "$SRC/vendor/llama.cpp" ]]; then
-        rm -rf "$PEERS/src" && mkdir -p "$PEERS/src"
-        tar xzf "$SDIST" -C "$PEERS/src"
+        rm -rf "$SDIST_DIR/src" && mkdir -p "$SDIST_DIR/src"
+        tar xzf "$SDIST" -C "$SDIST_DIR/src"
     fi
     mapfile -t BUILD_TOOLS < <(tools_to_build)
     log "building ${BUILD_TOOLS[*]} from its vendor/llama.cpp with $JOBS jobs (10 minutes or more on 2 cores)"
@@ -88,6 +128,11 @@ if ! all_built; then
         { tail -20 "$PEERS/build.log" >&2; log "build failed (full log: $PEERS/build.log)"; exit 1; }
     mkdir -p "$PEERS/bin"
     for tool in "${BUILD_TOOLS[@]}"; do cp "$PEERS/cmake/bin/$tool" "$PEERS/bin/$tool"; done
+    # The GPU peer travels to the device machine: symbols off, sizes logged.
+    if ((CUDA_PEER)); then
+        for tool in "${BUILD_TOOLS[@]}"; do strip "$PEERS/bin/$tool"; done
+        log "stripped sizes: $(du -b "${BUILD_TOOLS[@]/#/$PEERS/bin/}" | awk '{printf "%s %d bytes; ", $2, $1}')"
+    fi
     # The commit the sdist vendors, for the reports' header: the sdist has no
     # .git, so llama.cpp's own build info says "unknown"; its changelog names it.
     (grep -m1 -o 'ggml-org/llama.cpp@[0-9a-f]*' "$SRC/CHANGELOG.md" | cut -d@ -f2 || echo unknown) \

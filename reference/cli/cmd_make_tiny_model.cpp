@@ -4,11 +4,18 @@
 // the Python oracle tests and students can make models of any shape.
 #include <spdlog/spdlog.h>
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <thread>
 
+#include "kernels/common/error.h"
 #include "reference/cli/commands.h"
+#include "reference/model/model_shapes.h"
 #include "reference/model/tiny_model.h"
 
 namespace servelab::cli {
@@ -19,8 +26,16 @@ struct MakeTinyModelOptions {
     std::string weight_type = "f32";
     bool untied = false;
     std::string chat_template_file;
+    std::string shape;         // a named real model's shape (model_shapes.h); empty: the flags'
+    int64_t threads = -1;      // -1: all cores with --shape, else the sequential stream
+    bool shape_flags = false;  // any of --layers ... --mla given (not allowed with --shape)
+    bool context_given = false;
     TinyModelOptions model;
 };
+
+// The flags a named shape sets itself.
+constexpr const char* kShapeFlags[] = {"--layers",  "--dim",   "--heads",  "--kv-heads",
+                                       "--ffn-dim", "--vocab", "--untied", "--mla"};
 
 // The llama shape: layers, widths, heads, vocabulary, context.
 void add_tiny_model_shape(CLI::App& cmd, TinyModelOptions& model) {
@@ -72,9 +87,26 @@ void run_make_tiny_model(const MakeTinyModelOptions& opts) {
     }
     model.weight_type = parse_weight_type(opts.weight_type);
     model.tied_embeddings = !opts.untied;
+    if (!opts.shape.empty()) {
+        if (opts.shape_flags) {
+            throw Error(
+                "make-tiny-model: --shape sets the widths, layers, vocabulary and head "
+                "tying itself; drop the shape flags or --shape");
+        }
+        apply_model_shape(find_model_shape(opts.shape), model);
+        if (opts.context_given) model.context_length = opts.model.context_length;
+    }
+    // A named shape is a real model's size: many threads, the chunked stream.
+    const int64_t all_cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+    model.write_threads = opts.threads >= 0 ? opts.threads : (opts.shape.empty() ? 0 : all_cores);
+    const auto start = std::chrono::steady_clock::now();
     write_tiny_model(model, opts.out);
-    spdlog::info("wrote {} ({} weights, {})", opts.out, opts.weight_type,
-                 opts.untied ? "untied head" : "tied head");
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    spdlog::info("wrote {} ({}{} weights, {}, {:.1f} s{})", opts.out,
+                 opts.shape.empty() ? "" : opts.shape + " shape, ", opts.weight_type,
+                 model.tied_embeddings ? "tied head" : "untied head", seconds,
+                 model.write_threads > 0 ? fmt::format(", {} threads", model.write_threads) : "");
 }
 
 }  // namespace
@@ -90,6 +122,13 @@ void add_make_tiny_model(CLI::App& app) {
     cmd->add_flag("--untied", opts->untied, "write a separate output.weight");
     add_tiny_model_shape(*cmd, opts->model);
     add_tiny_model_mla(*cmd, opts->model);
+    cmd->add_option("--shape", opts->shape,
+                    "a real model's shape with random weights: smollm2-135m, llama-3.2-1b, "
+                    "llama-3.1-8b (sets the widths, layers, vocabulary, RoPE base, head tying)");
+    cmd->add_option("--threads", opts->threads,
+                    "threads drawing the weights; > 0 chooses the chunked stream (other values "
+                    "than the default sequential one), default: all cores with --shape, else 0")
+        ->check(CLI::Range(int64_t(0), int64_t(1024)));
     cmd->add_option("--chat-template", opts->chat_template_file,
                     "a file whose text becomes tokenizer.chat_template (default: none)")
         ->check(CLI::ExistingFile);
@@ -98,7 +137,11 @@ void add_make_tiny_model(CLI::App& app) {
     cmd->add_option("--add-token", opts->model.user_tokens,
                     "a user-defined token, decoding to its own text (repeatable)")
         ->allow_extra_args(false);
-    cmd->callback([opts] { run_make_tiny_model(*opts); });
+    cmd->callback([opts, cmd] {
+        for (const char* flag : kShapeFlags) opts->shape_flags |= cmd->count(flag) > 0;
+        opts->context_given = cmd->count("--context") > 0;
+        run_make_tiny_model(*opts);
+    });
 }
 
 }  // namespace servelab::cli

@@ -42,9 +42,6 @@ class ByteSink {
         u64(s.size());
         bytes_.insert(bytes_.end(), s.begin(), s.end());
     }
-    void raw(const std::vector<uint8_t>& data) {
-        bytes_.insert(bytes_.end(), data.begin(), data.end());
-    }
     // Zero bytes up to the next multiple of `alignment`.
     void pad_to(uint64_t alignment) {
         while (bytes_.size() % alignment != 0) bytes_.push_back(0);
@@ -300,7 +297,20 @@ void GgufWriter::add_float32_array(const std::string& key, const std::vector<flo
 
 void GgufWriter::add_tensor(const std::string& name, std::vector<int64_t> dims, GgmlType type,
                             std::vector<uint8_t> raw) {
-    tensors_.push_back(PendingTensor{name, std::move(dims), type, std::move(raw)});
+    const auto size_bytes = uint64_t(raw.size());
+    tensors_.push_back(PendingTensor{name, std::move(dims), type, std::move(raw), size_bytes});
+}
+
+void GgufWriter::add_tensor_layout(const std::string& name, std::vector<int64_t> dims,
+                                   GgmlType type) {
+    int64_t rows = 1;
+    for (size_t i = 1; i < dims.size(); ++i) rows *= dims[i];
+    if (dims.empty() || !row_is_whole_blocks(type, dims[0])) {
+        throw Error("GgufWriter: tensor '" + name + "' rows are not a whole number of " +
+                    std::string(ggml_type_traits(type).name) + " blocks");
+    }
+    const auto size_bytes = uint64_t(row_size_bytes(type, dims[0]) * rows);
+    tensors_.push_back(PendingTensor{name, std::move(dims), type, {}, size_bytes, true});
 }
 
 void GgufWriter::add_tensor_from_floats(const std::string& name, std::vector<int64_t> dims,
@@ -322,7 +332,7 @@ void GgufWriter::add_tensor_from_floats(const std::string& name, std::vector<int
     add_tensor(name, std::move(dims), type, quantize_row(type, values));
 }
 
-std::vector<uint8_t> GgufWriter::to_bytes() const {
+std::vector<uint8_t> GgufWriter::header_bytes() const {
     if (alignment_ == 0 || (alignment_ & (alignment_ - 1)) != 0) {
         throw Error("GgufWriter: alignment " + std::to_string(alignment_) +
                     " is not a nonzero power of two");
@@ -357,23 +367,49 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
     }
 
     // Tensor infos; each tensor's data starts at an aligned offset.
-    uint64_t next_offset = 0;
-    for (const PendingTensor& tensor : tensors_) {
+    const std::vector<uint64_t> offsets = tensor_data_offsets();
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+        const PendingTensor& tensor = tensors_[i];
         out.string(tensor.name);
         out.u32(static_cast<uint32_t>(tensor.dims.size()));
         for (const int64_t dim : tensor.dims) out.u64(static_cast<uint64_t>(dim));
         out.u32(static_cast<uint32_t>(tensor.type));
-        out.u64(next_offset);
-        next_offset = round_up(next_offset + tensor.raw.size(), alignment_);
+        out.u64(offsets[i]);
     }
-
-    // Data section.
     out.pad_to(alignment_);
-    for (const PendingTensor& tensor : tensors_) {
-        out.raw(tensor.raw);
-        out.pad_to(alignment_);
-    }
     return out.take();
+}
+
+std::vector<uint64_t> GgufWriter::tensor_data_offsets() const {
+    std::vector<uint64_t> offsets;
+    uint64_t next_offset = 0;
+    for (const PendingTensor& tensor : tensors_) {
+        offsets.push_back(next_offset);
+        next_offset = round_up(next_offset + tensor.size_bytes, alignment_);
+    }
+    return offsets;
+}
+
+uint64_t GgufWriter::data_section_bytes() const {
+    uint64_t total = 0;
+    for (const PendingTensor& tensor : tensors_)
+        total = round_up(total + tensor.size_bytes, alignment_);
+    return total;
+}
+
+std::vector<uint8_t> GgufWriter::to_bytes() const {
+    for (const PendingTensor& tensor : tensors_) {
+        if (tensor.layout_only) {
+            throw Error("GgufWriter: tensor '" + tensor.name +
+                        "' has a layout but no bytes; write it with the streaming path");
+        }
+    }
+    std::vector<uint8_t> out = header_bytes();
+    for (const PendingTensor& tensor : tensors_) {
+        out.insert(out.end(), tensor.raw.begin(), tensor.raw.end());
+        out.resize(round_up(out.size(), alignment_), 0);
+    }
+    return out;
 }
 
 void GgufWriter::write_file(const std::string& path) const {

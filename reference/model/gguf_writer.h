@@ -34,8 +34,21 @@ class GgufWriter {
     void add_tensor_from_floats(const std::string& name, std::vector<int64_t> dims, GgmlType type,
                                 std::span<const float> values);
 
+    // A tensor whose bytes the caller writes itself, at
+    // header_bytes().size() + tensor_data_offsets()[i] in the file: the
+    // streaming path for files too large to hold twice in memory
+    // (reference/model/tiny_model_streaming.cpp). to_bytes() refuses it.
+    void add_tensor_layout(const std::string& name, std::vector<int64_t> dims, GgmlType type);
+
     std::vector<uint8_t> to_bytes() const;
     void write_file(const std::string& path) const;  // throws servelab::Error on I/O failure
+
+    // The file up to its data section: header, metadata, tensor infos, padding.
+    std::vector<uint8_t> header_bytes() const;
+    // Each tensor's start within the data section, in the order added, and
+    // the section's size (every tensor padded to the alignment).
+    std::vector<uint64_t> tensor_data_offsets() const;
+    uint64_t data_section_bytes() const;
 
   private:
     struct PendingTensor {
@@ -43,6 +56,8 @@ class GgufWriter {
         std::vector<int64_t> dims;
         GgmlType type;
         std::vector<uint8_t> raw;
+        uint64_t size_bytes = 0;   // raw.size(), or what the caller will write
+        bool layout_only = false;  // added by add_tensor_layout
     };
     uint64_t alignment_;
     std::vector<std::pair<std::string, GgufValue>> metadata_;

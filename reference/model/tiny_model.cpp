@@ -9,6 +9,7 @@
 
 #include "kernels/common/error.h"
 #include "reference/model/gguf_writer.h"
+#include "reference/model/tiny_model_plan.h"
 #include "reference/model/tokenizer.h"
 
 namespace servelab {
@@ -132,15 +133,78 @@ void check_options(const TinyModelOptions& o) {
     }
 }
 
+// One layer's tensors, in file order.
+void plan_layer(const TinyModelOptions& o, int64_t layer, int64_t head_dim, int64_t v_head_dim,
+                std::vector<TinyTensorPlan>& tensors) {
+    // Weights ~ N(0, 1/in_features) keep activations O(1) through the layers.
+    const auto matrix = [&](const std::string& name, int64_t in_features, int64_t out_features) {
+        tensors.push_back({name,
+                           {in_features, out_features},
+                           o.weight_type,
+                           TinyInit::kScaled,
+                           1.0f / std::sqrt(float(in_features))});
+    };
+    const auto norm = [&](const std::string& name, int64_t width) {
+        tensors.push_back({name, {width}, GgmlType::kF32, TinyInit::kNorm});
+    };
+    const std::string p = fmt::format("blk.{}.", layer);
+    norm(p + "attn_norm.weight", o.dim);
+    if (o.mla && o.q_lora_rank > 0) {
+        matrix(p + "attn_q_a.weight", o.dim, o.q_lora_rank);
+        norm(p + "attn_q_a_norm.weight", o.q_lora_rank);
+        matrix(p + "attn_q_b.weight", o.q_lora_rank, o.num_heads * head_dim);
+    } else {
+        matrix(p + "attn_q.weight", o.dim, o.num_heads * head_dim);
+    }
+    if (o.mla) {
+        matrix(p + "attn_kv_a_mqa.weight", o.dim, o.kv_lora_rank + o.qk_rope_dim);
+        norm(p + "attn_kv_a_norm.weight", o.kv_lora_rank);
+        matrix(p + "attn_kv_b.weight", o.kv_lora_rank,
+               o.num_heads * (o.qk_nope_dim + o.v_head_dim));
+    } else {
+        matrix(p + "attn_k.weight", o.dim, o.num_kv_heads * head_dim);
+        matrix(p + "attn_v.weight", o.dim, o.num_kv_heads * head_dim);
+    }
+    matrix(p + "attn_output.weight", o.num_heads * v_head_dim, o.dim);
+    norm(p + "ffn_norm.weight", o.dim);
+    matrix(p + "ffn_gate.weight", o.dim, o.ffn_dim);
+    matrix(p + "ffn_up.weight", o.dim, o.ffn_dim);
+    matrix(p + "ffn_down.weight", o.ffn_dim, o.dim);
+}
+
+// The sequential stream: every value in file order from one NormalSource.
 GgufWriter build_tiny_model(const TinyModelOptions& o) {
+    TinyModelPlan plan = plan_tiny_model(o);
+    NormalSource normal(o.seed);
+    for (const TinyTensorPlan& tensor : plan.tensors) {
+        std::vector<float> values(size_t(tensor.num_values()));
+        if (tensor.init == TinyInit::kNorm) {
+            for (float& v : values) v = 1.0f + 0.1f * normal.next();
+        } else {
+            for (float& v : values) v = normal.next() * tensor.scale;
+        }
+        plan.metadata.add_tensor_from_floats(tensor.name, tensor.dims, tensor.type, values);
+    }
+    return std::move(plan.metadata);
+}
+
+}  // namespace
+
+int64_t TinyTensorPlan::num_values() const {
+    int64_t n = 1;
+    for (const int64_t dim : dims) n *= dim;
+    return n;
+}
+
+TinyModelPlan plan_tiny_model(const TinyModelOptions& o) {
     check_options(o);
     const TinyVocab vocab = make_vocab(o.vocab_size, o.user_tokens);
-    const int64_t vocab_size = int64_t(vocab.tokens.size());
+    const auto vocab_size = int64_t(vocab.tokens.size());
     const int64_t head_dim = o.mla ? o.qk_nope_dim + o.qk_rope_dim : o.dim / o.num_heads;
     const int64_t v_head_dim = o.mla ? o.v_head_dim : head_dim;
-    NormalSource normal(o.seed);
 
-    GgufWriter writer;
+    TinyModelPlan plan;
+    GgufWriter& writer = plan.metadata;
     add_hyperparameters(writer, o, vocab_size);
     writer.add_string("tokenizer.ggml.model", "gpt2");
     writer.add_string("tokenizer.ggml.pre", "smollm");
@@ -152,65 +216,38 @@ GgufWriter build_tiny_model(const TinyModelOptions& o) {
     writer.add_bool("tokenizer.ggml.add_bos_token", false);
     if (!o.chat_template.empty()) writer.add_string("tokenizer.chat_template", o.chat_template);
 
-    // Weights ~ N(0, 1/in_features) keep activations O(1) through the layers;
-    // norms near 1 so that they matter but do not dominate.
-    const auto matrix = [&](const std::string& name, int64_t in_features, int64_t out_features) {
-        std::vector<float> values(size_t(in_features * out_features));
-        const float scale = 1.0f / std::sqrt(float(in_features));
-        for (float& v : values) v = normal.next() * scale;
-        writer.add_tensor_from_floats(name, {in_features, out_features}, o.weight_type, values);
-    };
-    const auto norm = [&](const std::string& name, int64_t width) {
-        std::vector<float> values(static_cast<size_t>(width));
-        for (float& v : values) v = 1.0f + 0.1f * normal.next();
-        writer.add_tensor_from_floats(name, {width}, GgmlType::kF32, values);
-    };
-
     // Embedding rows ~ N(0, 1/dim): the first RMSNorm rescales them to unit
     // size anyway, and with a tied head this keeps logits O(1), so sampling
     // tests see a spread-out distribution rather than one certain token.
-    std::vector<float> embedding(size_t(o.dim * vocab_size));
-    const float embedding_scale = 1.0f / std::sqrt(float(o.dim));
-    for (float& v : embedding) v = normal.next() * embedding_scale;
-    writer.add_tensor_from_floats("token_embd.weight", {o.dim, vocab_size}, o.weight_type,
-                                  embedding);
+    plan.tensors.push_back({"token_embd.weight",
+                            {o.dim, vocab_size},
+                            o.weight_type,
+                            TinyInit::kScaled,
+                            1.0f / std::sqrt(float(o.dim))});
     for (int64_t layer = 0; layer < o.num_layers; ++layer) {
-        const std::string p = fmt::format("blk.{}.", layer);
-        norm(p + "attn_norm.weight", o.dim);
-        if (o.mla && o.q_lora_rank > 0) {
-            matrix(p + "attn_q_a.weight", o.dim, o.q_lora_rank);
-            norm(p + "attn_q_a_norm.weight", o.q_lora_rank);
-            matrix(p + "attn_q_b.weight", o.q_lora_rank, o.num_heads * head_dim);
-        } else {
-            matrix(p + "attn_q.weight", o.dim, o.num_heads * head_dim);
-        }
-        if (o.mla) {
-            matrix(p + "attn_kv_a_mqa.weight", o.dim, o.kv_lora_rank + o.qk_rope_dim);
-            norm(p + "attn_kv_a_norm.weight", o.kv_lora_rank);
-            matrix(p + "attn_kv_b.weight", o.kv_lora_rank,
-                   o.num_heads * (o.qk_nope_dim + o.v_head_dim));
-        } else {
-            matrix(p + "attn_k.weight", o.dim, o.num_kv_heads * head_dim);
-            matrix(p + "attn_v.weight", o.dim, o.num_kv_heads * head_dim);
-        }
-        matrix(p + "attn_output.weight", o.num_heads * v_head_dim, o.dim);
-        norm(p + "ffn_norm.weight", o.dim);
-        matrix(p + "ffn_gate.weight", o.dim, o.ffn_dim);
-        matrix(p + "ffn_up.weight", o.dim, o.ffn_dim);
-        matrix(p + "ffn_down.weight", o.ffn_dim, o.dim);
+        plan_layer(o, layer, head_dim, v_head_dim, plan.tensors);
     }
-    norm("output_norm.weight", o.dim);
-    if (!o.tied_embeddings) matrix("output.weight", o.dim, vocab_size);
-    return writer;
+    plan.tensors.push_back({"output_norm.weight", {o.dim}, GgmlType::kF32, TinyInit::kNorm});
+    if (!o.tied_embeddings) {
+        plan.tensors.push_back({"output.weight",
+                                {o.dim, vocab_size},
+                                o.weight_type,
+                                TinyInit::kScaled,
+                                1.0f / std::sqrt(float(o.dim))});
+    }
+    return plan;
 }
 
-}  // namespace
-
 std::vector<uint8_t> make_tiny_model(const TinyModelOptions& options) {
+    if (options.write_threads > 0) return make_tiny_model_streaming(options);
     return build_tiny_model(options).to_bytes();
 }
 
 void write_tiny_model(const TinyModelOptions& options, const std::string& path) {
+    if (options.write_threads > 0) {
+        write_tiny_model_streaming(options, path);
+        return;
+    }
     build_tiny_model(options).write_file(path);
 }
 

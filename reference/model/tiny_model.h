@@ -39,6 +39,14 @@ struct TinyModelOptions {
 
     // 0: the byte-level vocabulary alone; more pads it with unused tokens (benchmarks).
     int64_t vocab_size = 0;
+    // 0: every value from one sequential stream of normal draws (what the
+    // tests' goldens were made with). More: a real model's size (a
+    // benchmark's 1B or 8B shapes, reference/model/model_shapes.h), so the
+    // values come from independently seeded chunks that this many threads
+    // draw, quantize and write at once (tiny_model_streaming.cpp); the bytes
+    // are the same for any thread count, but not those of the sequential
+    // stream.
+    int64_t write_threads = 0;
     // tokenizer.chat_template; empty writes none (chat then uses ChatML).
     std::string chat_template;
     // More tokens, user-defined (they decode to their own text), after the

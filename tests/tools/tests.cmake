@@ -9,6 +9,9 @@
 #
 # Tests registered (label "labs"), in the instructor's tree only (a student
 # release has neither tool):
+#   gpu_check_script_logic    (label "tools") tools/gpu_check.sh's options, the
+#                             peers' archive round trip, peer_bench.py on fake
+#                             engines (tests/tools/test_gpu_check.py)
 #   make_skeletons_selftest   the generator's own tests, on temporary trees
 #   make_skeletons_check      labs/*/student/ matches the solution regions in
 #                             reference/ and kernels/ (fix: run the generator)
@@ -43,6 +46,12 @@ elseif(Python3_Interpreter_FOUND)
     COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/tests/tools/test_lab_coverage.py)
   set_tests_properties(make_skeletons_selftest make_skeletons_check lab_manifests_grade_every_test
     PROPERTIES LABELS "labs" TIMEOUT 60 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+  # tools/gpu_check.sh's options, the peers' archive and the peer comparison
+  # (tools/gpu_check/peer_bench.py) on fake engines: what runs without a GPU.
+  add_test(NAME gpu_check_script_logic
+    COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/tests/tools/test_gpu_check.py)
+  set_tests_properties(gpu_check_script_logic PROPERTIES
+    LABELS "tools" TIMEOUT 120 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
   add_test(NAME student_release_cut
     COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/tests/tools/test_student_release.py
             --build-dir ${CMAKE_BINARY_DIR})

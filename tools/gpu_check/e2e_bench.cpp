@@ -15,13 +15,24 @@
 // once, so steps/s ≤ copy bandwidth / weight bytes; the fraction reached is
 // printed. The copy bandwidth is measured here first (1 GiB device copy).
 // Prints a table, and one JSON line per figure for the logs.
+//
+// With --model PATH it runs that GGUF instead (issue 48: the 1B and 8B
+// shapes that tools/gpu_check.sh writes and llama.cpp runs too), and prints
+// the bytes a batch-1 step reads: servelab's GPU copies, and the file's own
+// blocks (what llama.cpp reads), both without the embedding table when the
+// head is separate (a step gathers one row of it).
+//   cuda_e2e_bench [--model PATH] [--batches 1,64,256] [--decode-tokens N]
+//                  [--prompt-tokens N] [--no-prefill]
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -54,6 +65,67 @@ double copy_bandwidth_gbs() {
         if (i > 0) best_s = std::min(best_s, seconds_since(start));
     }
     return 2.0 * double(bytes) / best_s / 1e9;
+}
+
+struct BenchOptions {
+    std::string model_path;  // empty: SmolLM2-135M or its shape
+    std::vector<int64_t> batches = {1, 8, 64, 256};
+    int32_t decode_tokens = 128;
+    int64_t prompt_tokens = 32;
+    bool prefill = true;
+};
+
+// Exits with a one-line message on a bad flag: a benchmark's options.
+BenchOptions parse_options(int argc, char** argv) {
+    BenchOptions o;
+    const auto value = [&](int& i) -> const char* {
+        if (i + 1 >= argc) {
+            std::fprintf(stderr, "e2e_bench: %s needs a value\n", argv[i]);
+            std::exit(2);
+        }
+        return argv[++i];
+    };
+    for (int i = 1; i < argc; ++i) {
+        const std::string flag = argv[i];
+        if (flag == "--model") {
+            o.model_path = value(i);
+        } else if (flag == "--batches") {
+            o.batches.clear();
+            std::stringstream list(value(i));
+            for (std::string item; std::getline(list, item, ',');)
+                o.batches.push_back(std::stoll(item));
+        } else if (flag == "--decode-tokens") {
+            o.decode_tokens = std::atoi(value(i));
+        } else if (flag == "--prompt-tokens") {
+            o.prompt_tokens = std::atoll(value(i));
+        } else if (flag == "--no-prefill") {
+            o.prefill = false;
+        } else {
+            std::fprintf(stderr,
+                         "e2e_bench: unknown flag %s (--model, --batches, --decode-tokens, "
+                         "--prompt-tokens, --no-prefill)\n",
+                         argv[i]);
+            std::exit(2);
+        }
+    }
+    if (o.batches.empty() || o.decode_tokens < 2 || o.prompt_tokens < 1) {
+        std::fprintf(stderr, "e2e_bench: --batches must name a size, --decode-tokens be >= 2\n");
+        std::exit(2);
+    }
+    return o;
+}
+
+// The bytes of the file's blocks a batch-1 decode step reads: every tensor,
+// less the embedding table when a separate head exists (a step gathers one
+// row of it). What llama.cpp reads per token, which keeps the file's blocks.
+int64_t file_bytes_read_per_token(const GgufFile& file) {
+    int64_t bytes = 0;
+    const bool untied = file.find_tensor("output.weight") != nullptr;
+    for (const GgufTensorInfo& tensor : file.tensors()) {
+        if (untied && tensor.name == "token_embd.weight") continue;
+        bytes += int64_t(tensor.size_bytes);
+    }
+    return bytes;
 }
 
 Model smollm2_or_its_shape(std::string& source) {
@@ -115,18 +187,8 @@ Figures run(const Model& model, CudaModelRunner& runner, const EngineConfig& con
             runner.num_graph_launches() - launches_before};
 }
 
-}  // namespace
-
-int main() {
-    const cuda::DeviceQuery query = cuda::query_devices();
-    if (query.devices.empty()) {
-        std::printf("e2e_bench: no usable GPU (%s)\n", query.error.c_str());
-        return 0;
-    }
-    std::string source;
-    const Model model = smollm2_or_its_shape(source);
-    const double copy_gbs = copy_bandwidth_gbs();
-
+// A fresh engine's config: room for 256 requests of a few hundred tokens.
+EngineConfig bench_engine_config() {
     EngineConfig config;
     config.block_size = 16;
     config.num_kv_blocks = 8192;  // 131k tokens: 256 requests of 160 fit many times over
@@ -135,6 +197,39 @@ int main() {
     // No fair-prefill cap: the prefill case times whole 512-token prompts,
     // four to a step, not 16 chunks of the cap's size.
     config.scheduler.long_prefill_tokens = 0;
+    return config;
+}
+
+// servelab's bytes per batch-1 step: its GPU copies of the weights, less the
+// embedding's share when the head is separate (the copies have one format,
+// so the share is the embedding's share of the parameters).
+double servelab_bytes_read_per_token(const Model& model, const CudaModelRunner& runner) {
+    const double weight_bytes = double(runner.weight_bytes());
+    if (model.config.tied_embeddings) return weight_bytes;
+    const ModelConfig& c = model.config;
+    const double embedding = double(c.vocab_size) * double(c.dim);
+    const double per_layer = double(c.dim) * double(c.num_heads * c.head_dim) * 2 +
+                             double(c.dim) * double(c.num_kv_heads * c.head_dim) * 2 +
+                             double(c.dim) * double(c.ffn_dim) * 3;
+    const double total = per_layer * double(c.num_layers) + 2 * embedding;
+    return weight_bytes * (1.0 - embedding / total);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const BenchOptions options = parse_options(argc, argv);
+    const cuda::DeviceQuery query = cuda::query_devices();
+    if (query.devices.empty()) {
+        std::printf("e2e_bench: no usable GPU (%s)\n", query.error.c_str());
+        return 0;
+    }
+    std::string source = options.model_path;
+    const Model model =
+        options.model_path.empty() ? smollm2_or_its_shape(source) : Model::load(options.model_path);
+    const double copy_gbs = copy_bandwidth_gbs();
+
+    const EngineConfig config = bench_engine_config();
     CudaModelRunner runner(model.config, model.weights,
                            {.num_kv_blocks = config.num_kv_blocks,
                             .block_size = config.block_size,
@@ -144,10 +239,22 @@ int main() {
     run(model, runner, config, 8, 32, 8, true, rng);  // warm-up: loads kernels, captures graphs
 
     std::printf("\nend to end on %s: %s\n", query.devices[0].name.c_str(), source.c_str());
-    std::printf("weights %.3f GB bf16, copy bandwidth %.0f GB/s\n", weight_gb, copy_gbs);
+    std::printf("weights %.3f GB on the GPU, copy bandwidth %.0f GB/s\n", weight_gb, copy_gbs);
+    if (!options.model_path.empty()) {
+        const int64_t file_read = file_bytes_read_per_token(GgufFile::open(options.model_path));
+        const double servelab_read = servelab_bytes_read_per_token(model, runner);
+        std::printf("bytes read per batch-1 step: servelab %.3f GB, the file's blocks %.3f GB\n",
+                    servelab_read / 1e9, double(file_read) / 1e9);
+        std::fprintf(
+            stderr,
+            "{\"case\": \"model\", \"path\": \"%s\", \"copy_gbs\": %.1f, "
+            "\"servelab_read_bytes_per_token\": %.0f, \"file_read_bytes_per_token\": %lld}\n",
+            options.model_path.c_str(), copy_gbs, servelab_read, (long long)file_read);
+    }
     std::printf("%-34s %12s %12s %12s\n", "case", "tokens/s", "steps/s", "roofline");
-    for (int64_t batch : {1, 8, 64, 256}) {
-        const Figures f = run(model, runner, config, batch, 32, 128, true, rng);
+    for (const int64_t batch : options.batches) {
+        const Figures f = run(model, runner, config, batch, options.prompt_tokens,
+                              options.decode_tokens, true, rng);
         // Every step reads every weight once: the batch-1 ceiling.
         const double roofline_steps_per_s = copy_gbs / weight_gb;
         std::printf("%-34s %12.0f %12.1f %11.0f%%\n",
@@ -158,6 +265,7 @@ int main() {
                      "\"steps_per_s\": %.2f, \"graph_launches\": %lld}\n",
                      (long long)batch, f.tokens_per_s, f.steps_per_s, (long long)f.graph_launches);
     }
+    if (!options.prefill) return 0;
     const Figures prefill = run(model, runner, config, 16, 512, 1, false, rng);
     std::printf("%-34s %12.0f %12.1f %12s\n", "prefill, 16 x 512 tokens", prefill.tokens_per_s,
                 prefill.steps_per_s, "");
