@@ -10,11 +10,15 @@ parts that decide whether that one call is worth its minutes:
     damaged;
   - tools/gpu_check/peer_bench.py: the two engines run in turn (S L S L), the
     medians, ratios and bandwidth shares it prints, from fake engines that
-    print what the real ones print.
+    print what the real ones print;
+  - the check itself on a build folder of fake programs: the steps' rows,
+    the time budget (a step with no time left is skipped, saying so, and the
+    summary still prints), the scratch file deleted after its run.
 Standard library only; temporary folders only.
 """
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -64,7 +68,8 @@ class PeerArchive(unittest.TestCase):
             write_executable(self.bin / name, "")
             (self.bin / name).write_bytes(os.urandom(1_500_000))
         self.env = {"PEERS_BIN": str(self.bin), "GPU_PEERS_DIR": str(self.dir / "pack"),
-                    "GPU_PEERS_BIN_DIR": str(self.dir / "unpacked"), "PEERS_PART_MIB": "1"}
+                    "GPU_PEERS_BIN_DIR": str(self.dir / "unpacked"), "PEERS_PART_MIB": "1",
+                    "PEERS_XZ_LEVEL": "0"}
 
     def tearDown(self):
         self.tmp.cleanup()
@@ -194,6 +199,74 @@ class PeerBench(unittest.TestCase):
             table = subprocess.run([sys.executable, str(PEER_BENCH), "summary", str(out)],
                                    capture_output=True, text=True, check=True).stdout
             self.assertIn("error: llama.cpp", table)
+
+
+FAKE_CUDA_TESTS = """#!/usr/bin/env python3
+import sys, json
+path = next(a.split("json:", 1)[1] for a in sys.argv if a.startswith("--gtest_output="))
+json.dump({"testsuites": [{"name": "CudaKernels", "testsuite": [
+    {"name": "RmsNorm", "time": "0.1s"}, {"name": "Softmax", "time": "0.2s", "result": "SKIPPED"}]}]},
+    open(path, "w"))
+"""
+FAKE_WRITE_SHAPE = """#!/usr/bin/env python3
+import sys, pathlib
+pathlib.Path(sys.argv[3]).write_bytes(b"GGUF" + b"0" * 1000)
+print(f"wrote {sys.argv[3]} (0.00 GB, 0.1 s, 2 threads)")
+"""
+
+
+class DryRun(unittest.TestCase):
+    """The whole check on fake programs: no GPU, no compiler."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        tmp = Path(self.tmp.name)
+        self.build, self.scratch, self.out = tmp / "build", tmp / "scratch", tmp / "out"
+        self.build.mkdir()
+        write_executable(self.build / "cuda_tests", FAKE_CUDA_TESTS)
+        write_executable(self.build / "cuda_kernel_bench", "#!/bin/sh\necho kernel table\n")
+        write_executable(self.build / "cuda_e2e_bench", FAKE_E2E)
+        write_executable(self.build / "write_shape", FAKE_WRITE_SHAPE)
+        peers = tmp / "peers"
+        peers.mkdir()
+        write_executable(peers / "llama-bench", FAKE_LLAMA_BENCH)
+        write_executable(peers / "llama-batched-bench", FAKE_BATCHED)
+        self.env = {"GPU_CHECK_BUILD": str(self.build), "GPU_CHECK_CONFIGURED": "1",
+                    "OUT": str(self.out), "GPU_CHECK_SCRATCH": str(self.scratch),
+                    "PEERS_BIN": str(peers), "GPU_PEERS_DIR": str(tmp / "pack"),
+                    "GPU_PEERS_BIN_DIR": str(tmp / "unpacked"), "PEER_TYPES": "q4_1",
+                    "PEER_ROUNDS": "1", "PEERS_XZ_LEVEL": "0"}
+        self.assertEqual(run_script("--pack-peers", env=self.env).returncode, 0)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_steps_run_and_the_peer_table_prints(self):
+        done = run_script("--steps", "tests,kernels,e2e,peers-1b", env=self.env)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        summary = done.stdout.split("== summary", 1)[1]
+        for row in ("tests", "kernels", "e2e", "peers-1b-q4_1-write", "peers-1b-q4_1"):
+            self.assertRegex(summary, rf"\n{re.escape(row)}\s+ok", f"no ok row for {row}")
+        self.assertIn("1 ok, 1 skipped", summary)
+        # The e2e step ran the fake once before (rate 100), so the peers' run got 101.
+        self.assertRegex(summary, r"1B Q4_1\s+decode-1\s+101\s+80\s+1\.26x")
+        self.assertEqual(list(self.scratch.glob("*.gguf")), [], "the shape's file was left behind")
+        self.assertTrue((self.out / "peers" / "1b-q4_1.json").is_file())
+
+    def test_no_time_left_skips_and_still_summarizes(self):
+        env = {**self.env, "GPU_CHECK_BUDGET_S": "10"}
+        done = run_script("--steps", "tests,peers-8b", env=env)
+        summary = done.stdout.split("== summary", 1)[1]
+        self.assertRegex(summary, r"peers-8b-q4_1-write\s+skipped\s+0 s\s+\d+ s left, needs ~\d+ s")
+        self.assertEqual(done.returncode, 0, "a skipped step is not a failure")
+
+    def test_a_failing_step_fails_the_check_but_not_the_rest(self):
+        (self.build / "cuda_kernel_bench").unlink()
+        done = run_script("--steps", "kernels,e2e", env=self.env)
+        self.assertEqual(done.returncode, 1)
+        summary = done.stdout.split("== summary", 1)[1]
+        self.assertRegex(summary, r"\nkernels\s+FAILED")
+        self.assertRegex(summary, r"\ne2e\s+ok")
 
 
 if __name__ == "__main__":

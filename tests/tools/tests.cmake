@@ -51,7 +51,7 @@ elseif(Python3_Interpreter_FOUND)
   add_test(NAME gpu_check_script_logic
     COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/tests/tools/test_gpu_check.py)
   set_tests_properties(gpu_check_script_logic PROPERTIES
-    LABELS "tools" TIMEOUT 120 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+    LABELS "tools" TIMEOUT 300 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
   add_test(NAME student_release_cut
     COMMAND Python3::Interpreter ${CMAKE_SOURCE_DIR}/tests/tools/test_student_release.py
             --build-dir ${CMAKE_BINARY_DIR})

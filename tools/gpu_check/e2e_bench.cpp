@@ -92,8 +92,10 @@ BenchOptions parse_options(int argc, char** argv) {
         } else if (flag == "--batches") {
             o.batches.clear();
             std::stringstream list(value(i));
-            for (std::string item; std::getline(list, item, ',');)
-                o.batches.push_back(std::stoll(item));
+            for (std::string item; std::getline(list, item, ',');) {
+                o.batches.push_back(std::atoll(item.c_str()));
+                if (o.batches.back() < 1) o.batches.clear();
+            }
         } else if (flag == "--decode-tokens") {
             o.decode_tokens = std::atoi(value(i));
         } else if (flag == "--prompt-tokens") {
@@ -109,7 +111,9 @@ BenchOptions parse_options(int argc, char** argv) {
         }
     }
     if (o.batches.empty() || o.decode_tokens < 2 || o.prompt_tokens < 1) {
-        std::fprintf(stderr, "e2e_bench: --batches must name a size, --decode-tokens be >= 2\n");
+        std::fprintf(stderr,
+                     "e2e_bench: --batches takes sizes >= 1 (1,64,256), --decode-tokens >= 2, "
+                     "--prompt-tokens >= 1\n");
         std::exit(2);
     }
     return o;
