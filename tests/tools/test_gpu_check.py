@@ -260,6 +260,15 @@ class DryRun(unittest.TestCase):
         self.assertRegex(summary, r"peers-8b-q4_1-write\s+skipped\s+0 s\s+\d+ s left, needs ~\d+ s")
         self.assertEqual(done.returncode, 0, "a skipped step is not a failure")
 
+    def test_without_the_peers_servelab_runs_alone(self):
+        env = {**self.env, "GPU_PEERS_DIR": str(Path(self.tmp.name) / "not-carried")}
+        done = run_script("--steps", "peers-1b", env=env)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        summary = done.stdout.split("== summary", 1)[1]
+        self.assertRegex(summary, r"peers-unpack\s+skipped.*not carried")
+        self.assertRegex(summary, r"1B Q4_1\s+decode-1\s+100\s+-\s+-")
+        self.assertIn("error: llama.cpp: not run", summary)
+
     def test_a_failing_step_fails_the_check_but_not_the_rest(self):
         (self.build / "cuda_kernel_bench").unlink()
         done = run_script("--steps", "kernels,e2e", env=self.env)

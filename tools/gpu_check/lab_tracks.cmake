@@ -11,7 +11,8 @@
 #   labNN_cuda_tests_reference  the same tests on the reference kernels (100)
 #   labNN_cuda_tests_wrong      every cuda-track planted bug of the lab at once
 #                               (tests/labs/labNN/*.patch, Track: cuda; below 50)
-# and the target gpu_check_lab_tracks builds them all. tools/gpu_check.sh
+# The target gpu_check_labNN_track builds one lab's, gpu_check_lab_tracks all
+# (a lab whose kernels do not compile then costs only its own self-tests). tools/gpu_check.sh
 # (step labs) then runs tools/labkit/grade.py --track cuda on each, with the
 # thresholds of labs/labs.cmake's grade_labNN_cuda_* tests.
 find_package(Python3 COMPONENTS Interpreter)
@@ -42,10 +43,10 @@ if(Python3_Interpreter_FOUND)
 endif()
 
 # One lab's test binary: the test objects, the test main, the kernel overrides.
-function(gpu_check_lab_binary name test_objects)
+function(gpu_check_lab_binary lab name test_objects)
   add_executable(${name} $<TARGET_OBJECTS:${test_objects}> ${lab_test_main} ${ARGN})
   target_link_libraries(${name} PRIVATE servelab_engine ${lab_gtest})
-  add_dependencies(gpu_check_lab_tracks ${name})
+  add_dependencies(gpu_check_${lab}_track ${name})
 endfunction()
 
 # `files`' .cu objects, compiled as the kernels are (warnings are errors).
@@ -75,6 +76,8 @@ endfunction()
 function(gpu_check_lab_track lab_dir)
   get_filename_component(lab_folder ${lab_dir} NAME)  # e.g. lab01_naive_decoding
   string(SUBSTRING ${lab_folder} 0 5 lab)              # e.g. lab01
+  add_custom_target(gpu_check_${lab}_track)
+  add_dependencies(gpu_check_lab_tracks gpu_check_${lab}_track)
   file(READ ${lab_dir}/manifest_cuda.json manifest)
   string(JSON num_sources LENGTH ${manifest} test_sources)
   math(EXPR last_source "${num_sources} - 1")
@@ -88,9 +91,9 @@ function(gpu_check_lab_track lab_dir)
 
   file(GLOB_RECURSE student_kernels ${lab_dir}/student/*.cu)
   gpu_check_kernel_overrides(${lab}_cuda_student_kernels ${student_kernels})
-  gpu_check_lab_binary(${lab}_cuda_tests ${lab}_cuda_test_objects
+  gpu_check_lab_binary(${lab} ${lab}_cuda_tests ${lab}_cuda_test_objects
                        $<TARGET_OBJECTS:${lab}_cuda_student_kernels>)
-  gpu_check_lab_binary(${lab}_cuda_tests_reference ${lab}_cuda_test_objects)
+  gpu_check_lab_binary(${lab} ${lab}_cuda_tests_reference ${lab}_cuda_test_objects)
   set(wrong_kernels "")
   foreach(bug ${SERVELAB_PLANTED_BUGS})
     if(SERVELAB_BUG_${bug}_LAB STREQUAL lab AND SERVELAB_BUG_${bug}_TRACK STREQUAL "cuda")
@@ -100,7 +103,7 @@ function(gpu_check_lab_track lab_dir)
   endforeach()
   if(wrong_kernels)
     gpu_check_kernel_overrides(${lab}_cuda_wrong_kernels ${wrong_kernels})
-    gpu_check_lab_binary(${lab}_cuda_tests_wrong ${lab}_cuda_test_objects
+    gpu_check_lab_binary(${lab} ${lab}_cuda_tests_wrong ${lab}_cuda_test_objects
                          $<TARGET_OBJECTS:${lab}_cuda_wrong_kernels>)
   endif()
 endfunction()

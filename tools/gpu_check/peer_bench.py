@@ -28,6 +28,7 @@ attention as llama.cpp chooses it (auto: on for CUDA).
 Usage:
   peer_bench.py run --model F.gguf --label "1B Q4_1" --e2e BIN --llama-dir DIR
                     --out F.json [--rounds 2] [--decode-tokens 128] [--log F]
+                    [--budget-s S] [--no-peer]
   peer_bench.py summary F.json ...
 """
 from __future__ import annotations
@@ -135,7 +136,8 @@ def run(args) -> int:
     deadline = time.monotonic() + args.budget_s
     with open(args.log or "/dev/null", "a") as log:
         for _ in range(args.rounds):
-            for engine, one_round in (("servelab", servelab_round), ("llama.cpp", llama_round)):
+            engines = [("servelab", servelab_round), ("llama.cpp", llama_round)]
+            for engine, one_round in engines[:1] if args.no_peer else engines:
                 left = deadline - time.monotonic()
                 if left < 5:
                     result["errors"].append(f"{engine}: out of time ({args.budget_s:.0f} s budget)")
@@ -149,8 +151,13 @@ def run(args) -> int:
     servelab = result["samples"]["servelab"]
     for key in ("copy_gbs", "servelab_read_bytes_per_token", "file_read_bytes_per_token"):
         result[key] = median_of(servelab, key)
+    failed = not servelab or bool(result["errors"])
+    if args.no_peer:
+        result["errors"].append("llama.cpp: not run (its binaries were not carried)")
+    else:
+        failed |= not result["samples"]["llama.cpp"]
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    return 0 if servelab and result["samples"]["llama.cpp"] and not result["errors"] else 1
+    return 1 if failed else 0
 
 
 def share(tokens_per_s, bytes_per_token, copy_gbs) -> str:
@@ -207,6 +214,8 @@ def main(argv: list[str]) -> int:
     one.add_argument("--decode-tokens", type=int, default=128)
     one.add_argument("--sequences", default="64,256")
     one.add_argument("--budget-s", type=float, default=600.0)
+    one.add_argument("--no-peer", action="store_true",
+                     help="servelab alone (the llama.cpp binaries were not carried)")
     table = commands.add_parser("summary")
     table.add_argument("results", nargs="*")
     args = parser.parse_args(argv)
