@@ -65,6 +65,7 @@ class ChunkNormals {
 
 struct Chunk {
     size_t tensor;
+    uint64_t index_in_tensor;  // with the seed and the tensor, what seeds its draws
     int64_t first_row;
     int64_t num_rows;
 };
@@ -76,16 +77,16 @@ std::vector<Chunk> cut_into_chunks(const std::vector<TinyTensorPlan>& tensors) {
         const int64_t rows = tensors[t].num_values() / row_length;
         const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkValues / row_length);
         for (int64_t first = 0; first < rows; first += rows_per_chunk) {
-            chunks.push_back({t, first, std::min(rows_per_chunk, rows - first)});
+            chunks.push_back({t, uint64_t(first / rows_per_chunk), first,
+                              std::min(rows_per_chunk, rows - first)});
         }
     }
     return chunks;
 }
 
 // Draws one chunk's values and quantizes them to the tensor's type.
-std::vector<uint8_t> draw_chunk(const TinyTensorPlan& tensor, const Chunk& chunk, uint64_t seed,
-                                uint64_t chunk_index_in_tensor) {
-    ChunkNormals normal(seed, chunk.tensor, chunk_index_in_tensor);
+std::vector<uint8_t> draw_chunk(const TinyTensorPlan& tensor, const Chunk& chunk, uint64_t seed) {
+    ChunkNormals normal(seed, chunk.tensor, chunk.index_in_tensor);
     std::vector<float> values(size_t(chunk.num_rows * tensor.dims[0]));
     if (tensor.init == TinyInit::kNorm) {
         for (float& v : values) v = 1.0f + 0.1f * normal.next();
@@ -166,9 +167,7 @@ void stream_tiny_model(const TinyModelOptions& options, TinyModelSink& sink) {
             for (size_t i = next_chunk++; i < chunks.size() && !failed; i = next_chunk++) {
                 const Chunk& chunk = chunks[i];
                 const TinyTensorPlan& tensor = plan.tensors[chunk.tensor];
-                const auto rows_per_chunk = std::max<int64_t>(1, kChunkValues / tensor.dims[0]);
-                const std::vector<uint8_t> bytes = draw_chunk(
-                    tensor, chunk, options.seed, uint64_t(chunk.first_row / rows_per_chunk));
+                const std::vector<uint8_t> bytes = draw_chunk(tensor, chunk, options.seed);
                 const uint64_t row_bytes = uint64_t(row_size_bytes(tensor.type, tensor.dims[0]));
                 sink.write(
                     header.size() + offsets[chunk.tensor] + uint64_t(chunk.first_row) * row_bytes,
@@ -181,8 +180,9 @@ void stream_tiny_model(const TinyModelOptions& options, TinyModelSink& sink) {
         }
     };
     std::vector<std::thread> threads;
-    for (int64_t t = 1; t < std::max<int64_t>(1, options.write_threads); ++t)
+    for (int64_t t = 1; t < std::max<int64_t>(1, options.write_threads); ++t) {
         threads.emplace_back(worker);
+    }
     worker();
     for (std::thread& thread : threads) thread.join();
     if (first_error) std::rethrow_exception(first_error);

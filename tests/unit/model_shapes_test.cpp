@@ -66,7 +66,8 @@ TEST(ModelShapes, UnknownNameSaysWhichAreKnown) {
 TEST(ModelShapes, PlanHoldsThePublishedParameterCount) {
     for (const PublishedConfig& want : kPublished) {
         SCOPED_TRACE(want.name);
-        TinyModelOptions options{.weight_type = GgmlType::kQ4_1};
+        TinyModelOptions options;
+        options.weight_type = GgmlType::kQ4_1;
         apply_model_shape(find_model_shape(want.name), options);
         const TinyModelPlan plan = plan_tiny_model(options);
         int64_t parameters = 0;
@@ -81,20 +82,21 @@ TEST(ModelShapes, PlanHoldsThePublishedParameterCount) {
 }
 
 TinyModelOptions small_streamed(int64_t threads, GgmlType type) {
-    // Rows of 96 values (3 blocks), a vocabulary that makes the embedding span
-    // several chunks only if chunks were tiny: the chunk logic is exercised by
-    // the FFN matrices of 1536-value rows times 683 rows.
-    return TinyModelOptions{.seed = 11,
-                            .num_layers = 2,
-                            .dim = 96,
-                            .num_heads = 6,
-                            .num_kv_heads = 2,
-                            .ffn_dim = 1536 * 8,
-                            .context_length = 64,
-                            .weight_type = type,
-                            .tied_embeddings = false,
-                            .vocab_size = 1000,
-                            .write_threads = threads};
+    // Rows of 96 values (3 blocks); the FFN matrices (12288 x 96) span two
+    // chunks of about a million values each, so the chunk logic is exercised.
+    TinyModelOptions options;
+    options.seed = 11;
+    options.num_layers = 2;
+    options.dim = 96;
+    options.num_heads = 6;
+    options.num_kv_heads = 2;
+    options.ffn_dim = 1536 * 8;
+    options.context_length = 64;
+    options.weight_type = type;
+    options.tied_embeddings = false;
+    options.vocab_size = 1000;
+    options.write_threads = threads;
+    return options;
 }
 
 TEST(ChunkedModelWriter, SameBytesForAnyThreadCount) {
