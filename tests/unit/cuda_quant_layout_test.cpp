@@ -68,8 +68,8 @@ TEST(CudaQuantLayout, UnpackedWeightsEqualTheCpuDequantizerForEveryFormatAndShap
                         ADD_FAILURE() << "row " << r << " weight " << c << " (block " << c / 32
                                       << ", position " << c % 32 << "): device layout gives " << g
                                       << ", the CPU dequantizer " << want[size_t(c)]
-                                      << " (a scale or code in the wrong block, or the nibble "
-                                         "order changed?)";
+                                      << " (a scale misplaced, d and m swapped, a code in the "
+                                         "wrong block, or the nibble order changed?)";
                     }
                 }
             }
