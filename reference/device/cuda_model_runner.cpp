@@ -312,6 +312,19 @@ struct StepShape {
     int64_t num_splits = 0;  // decode only
 };
 
+// logits (S, vocab) fp32 = the S gathered last rows · the head: the tied
+// embedding (bf16, cuBLAS), or an untied head as the weights hold it.
+void enqueue_logits(const ModelConfig& c, CudaModelRunner::Device& d, int64_t S) {
+    Activations& a = *d.act;
+    if (d.weights.output_is_tied()) {
+        cuda::gemm_bf16_f32_out(d.cublas, a.last_hidden.data(), d.weights.token_embedding.data(),
+                                a.logits.data(), S, c.dim, c.vocab_size, d.stream);
+        return;
+    }
+    ProjectionInput last{a.last_hidden.data(), S, c.dim};
+    project(d, last, d.weights.output, a.logits.data());
+}
+
 // Enqueues the forward pass of one planned step on `stream`: from the
 // token ids in the plan array to the logits of each sequence's last token.
 // Launches only (graph-capturable): no host synchronization, no allocation.
@@ -391,13 +404,7 @@ void enqueue_forward(const ModelConfig& c, const CudaRunnerOptions& options,
     // kernel, the step's rows being the "table".
     cuda::embedding_gather_bf16(a.normed.data(), last_rows, a.last_hidden.data(), S, c.dim, T,
                                 stream);
-    if (d.weights.output_is_tied()) {
-        cuda::gemm_bf16_f32_out(d.cublas, a.last_hidden.data(), d.weights.token_embedding.data(),
-                                a.logits.data(), S, c.dim, c.vocab_size, stream);
-    } else {
-        ProjectionInput last{a.last_hidden.data(), S, c.dim};
-        project(d, last, d.weights.output, a.logits.data());
-    }
+    enqueue_logits(c, d, S);
 }
 
 }  // namespace
