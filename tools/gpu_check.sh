@@ -31,7 +31,7 @@
 #      decode's split counts swept (--splitk-sweep, splitk_sweep.txt);
 #   5. the engine end to end: decode tokens/s at batch 1, 8, 64 and 256 with
 #      CUDA graphs, the batch-1 bandwidth roofline, prefill tokens/s
-#      (tools/gpu_check/e2e_bench.cpp);
+#      (tools/gpu_check/e2e_bench.cpp), with --gpu-weights native and bf16;
 #   6. where PyTorch and transformers are installed, the same model shapes
 #      through transformers' generate, as the peer (tools/gpu_check/hf_peer.py).
 # The last lines printed are the summary: tests, then kernels, then end to end.
@@ -124,6 +124,9 @@ echo "$memcheck"
 "$build/cuda_kernel_bench" > "$out/kernel_bench.txt" 2>&1 || status=1
 "$build/cuda_kernel_bench" --splitk-sweep > "$out/splitk_sweep.txt" 2>&1 || status=1
 "$build/cuda_e2e_bench" > "$out/e2e_bench.txt" 2> "$out/e2e_bench.jsonl" || status=1
+# The same with every weight bf16 (issue 7's path), beside native's Q4_1 blocks (issue 48).
+"$build/cuda_e2e_bench" --gpu-weights bf16 > "$out/e2e_bench_bf16.txt" \
+  2> "$out/e2e_bench_bf16.jsonl" || status=1
 peer="transformers peer: PyTorch or transformers not installed here: skipped"
 if python3 -c "import torch, transformers; assert torch.cuda.is_available()" > /dev/null 2>&1; then
   if timeout 150 python3 tools/gpu_check/hf_peer.py > "$out/hf_peer.txt" 2>&1; then
@@ -140,5 +143,6 @@ echo "$memcheck"
 echo
 cat "$out/kernel_bench.txt"
 cat "$out/e2e_bench.txt"
+cat "$out/e2e_bench_bf16.txt"
 echo "$peer"
 exit $status

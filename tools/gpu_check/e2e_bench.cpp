@@ -2,7 +2,7 @@
 //
 // CUDA backend (issue 7), run by tools/gpu_check.sh on the GPU machine. The
 // model is SmolLM2-135M: the real GGUF when data/models holds it, otherwise
-// a random model of exactly its shapes (30 layers, dim 576, 9 query and 3 KV
+// a random Q4_1 model of exactly its shapes (30 layers, dim 576, 9 query and 3 KV
 // heads, FFN 1536, vocabulary 49152, tied head) — the same bytes move and
 // the same FLOPs run, so the speed is the same; only the text is noise.
 //
@@ -15,6 +15,8 @@
 // once, so steps/s ≤ copy bandwidth / weight bytes; the fraction reached is
 // printed. The copy bandwidth is measured here first (1 GiB device copy).
 // Prints a table, and one JSON line per figure for the logs.
+// `cuda_e2e_bench --gpu-weights bf16|native` picks the weights' form on the
+// GPU (default native: the Q4_1 file's blocks; issue 48); gpu_check.sh runs both.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -56,14 +58,16 @@ double copy_bandwidth_gbs() {
     return 2.0 * double(bytes) / best_s / 1e9;
 }
 
-Model smollm2_or_its_shape(std::string& source) {
+Model smollm2_or_its_shape(std::string& source, GpuWeights weights) {
     const std::string path =
         std::string(SERVELAB_SOURCE_DIR) + "/data/models/SmolLM2-135M-Instruct.Q4_1.gguf";
     if (std::ifstream(path)) {
-        source = "SmolLM2-135M-Instruct Q4_1 (bf16 on the GPU)";
+        source = std::string("SmolLM2-135M-Instruct Q4_1 (") + gpu_weights_name(weights) +
+                 " on the GPU)";
         return Model::load(path);
     }
-    source = "random weights of SmolLM2-135M's shapes";
+    source = std::string("random Q4_1 weights of SmolLM2-135M's shapes (") +
+             gpu_weights_name(weights) + " on the GPU)";
     TinyModelOptions o;
     o.seed = 7;
     o.num_layers = 30;
@@ -73,7 +77,8 @@ Model smollm2_or_its_shape(std::string& source) {
     o.ffn_dim = 1536;
     o.context_length = 8192;
     o.rope_freq_base = 100000.0f;
-    o.weight_type = GgmlType::kF16;
+    // Q4_1, as the real file: native weights then read the same bytes it would.
+    o.weight_type = GgmlType::kQ4_1;
     o.vocab_size = 49152;
     return Model::from_gguf(GgufFile::parse(make_tiny_model(o)));
 }
@@ -117,14 +122,21 @@ Figures run(const Model& model, CudaModelRunner& runner, const EngineConfig& con
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+    GpuWeights weights = GpuWeights::kNative;
+    if (argc == 3 && std::string(argv[1]) == "--gpu-weights") {
+        weights = parse_gpu_weights(argv[2]);
+    } else if (argc != 1) {
+        std::fprintf(stderr, "usage: cuda_e2e_bench [--gpu-weights bf16|native]\n");
+        return 2;
+    }
     const cuda::DeviceQuery query = cuda::query_devices();
     if (query.devices.empty()) {
         std::printf("e2e_bench: no usable GPU (%s)\n", query.error.c_str());
         return 0;
     }
     std::string source;
-    const Model model = smollm2_or_its_shape(source);
+    const Model model = smollm2_or_its_shape(source, weights);
     const double copy_gbs = copy_bandwidth_gbs();
 
     EngineConfig config;
@@ -138,13 +150,15 @@ int main() {
     CudaModelRunner runner(model.config, model.weights,
                            {.num_kv_blocks = config.num_kv_blocks,
                             .block_size = config.block_size,
-                            .max_tokens_per_step = 2048});
+                            .max_tokens_per_step = 2048,
+                            .weights = weights});
     const double weight_gb = double(runner.weight_bytes()) / 1e9;
     std::mt19937 rng(1234);
     run(model, runner, config, 8, 32, 8, true, rng);  // warm-up: loads kernels, captures graphs
 
     std::printf("\nend to end on %s: %s\n", query.devices[0].name.c_str(), source.c_str());
-    std::printf("weights %.3f GB bf16, copy bandwidth %.0f GB/s\n", weight_gb, copy_gbs);
+    std::printf("weights %.3f GB on the GPU (--gpu-weights %s), copy bandwidth %.0f GB/s\n",
+                weight_gb, gpu_weights_name(weights), copy_gbs);
     std::printf("%-34s %12s %12s %12s\n", "case", "tokens/s", "steps/s", "roofline");
     for (int64_t batch : {1, 8, 64, 256}) {
         const Figures f = run(model, runner, config, batch, 32, 128, true, rng);
