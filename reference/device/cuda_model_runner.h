@@ -40,6 +40,10 @@ struct CudaRunnerOptions {
     int64_t max_tokens_per_step = 2048;  // activation buffers; larger steps grow them
     bool cuda_graphs = true;
     int64_t max_graph_batch = 256;  // decode steps with more sequences run without a graph
+    // Prefill attention on the tensor cores (paged_prefill_attention_mma.h)
+    // where the head width is one it takes (64, 128); false forces the
+    // scalar kernel (paged_prefill_attention.h), to compare the two.
+    bool tensor_core_prefill = true;
 };
 
 // Blocks of a bf16 device pool that fit `budget_bytes` (at least 1).

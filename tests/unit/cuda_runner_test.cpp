@@ -142,24 +142,22 @@ class CudaRunner : public test::CudaTest {
         return agreed;
     }
 
-    std::vector<uint8_t> bytes_;
-    std::unique_ptr<Model> model_;
-    ModelWeights cpu_weights_;
-};
+    // The pool of expect_logits_equal_the_cpu_runner; 7: chunks end mid-block.
+    static constexpr int64_t kNumBlocks = 64, kBlockSize = 7;
+    CudaRunnerOptions with_small_pool(CudaRunnerOptions options) {
+        options.num_kv_blocks = kNumBlocks;
+        options.block_size = kBlockSize;
+        options.max_tokens_per_step = 32;
+        return options;
+    }
 
-TEST_F(CudaRunner, LogitsEqualTheCpuRunnerOverPrefillChunksAndDecodeSteps) {
-    SCOPED_TRACE(random_.trace());
-    load_tiny({.num_layers = 2, .dim = 96, .num_heads = 6, .num_kv_heads = 2, .ffn_dim = 160});
-    const ModelConfig& c = model_->config;
-    ModelRunner cpu(c, cpu_weights_);
-    for (bool graphs : {true, false}) {
-        SCOPED_TRACE(graphs ? "with CUDA graphs" : "without CUDA graphs");
-        const int64_t num_blocks = 64, block_size = 7;  // 7: chunks end mid-block
-        CudaModelRunner gpu(c, model_->weights,
-                            {.num_kv_blocks = num_blocks,
-                             .block_size = block_size,
-                             .max_tokens_per_step = 32,
-                             .cuda_graphs = graphs});
+    // Runs three sequences through prefill chunks, a mixed step and decode
+    // steps on `gpu` (options from with_small_pool) and on the CPU runner,
+    // expecting the same logits.
+    void expect_logits_equal_the_cpu_runner(CudaModelRunner& gpu) {
+        const ModelConfig& c = model_->config;
+        ModelRunner cpu(c, cpu_weights_);
+        const int64_t num_blocks = kNumBlocks, block_size = kBlockSize;
         PagedKvCache cpu_pool(c, num_blocks, block_size);
         PagedKvCache gpu_pool(c, num_blocks, block_size, KvStorage::kDevice);
         // One set of block tables for both pools: block ids mean the same rows.
@@ -199,10 +197,39 @@ TEST_F(CudaRunner, LogitsEqualTheCpuRunnerOverPrefillChunksAndDecodeSteps) {
             }
             for (size_t s = 0; s < seqs.size(); ++s) kv.commit(seqs[s], sequences[s]);
         }
+    }
+
+    std::vector<uint8_t> bytes_;
+    std::unique_ptr<Model> model_;
+    ModelWeights cpu_weights_;
+};
+
+TEST_F(CudaRunner, LogitsEqualTheCpuRunnerOverPrefillChunksAndDecodeSteps) {
+    SCOPED_TRACE(random_.trace());
+    load_tiny({.num_layers = 2, .dim = 96, .num_heads = 6, .num_kv_heads = 2, .ffn_dim = 160});
+    for (bool graphs : {true, false}) {
+        SCOPED_TRACE(graphs ? "with CUDA graphs" : "without CUDA graphs");
+        CudaModelRunner gpu(model_->config, model_->weights,
+                            with_small_pool({.cuda_graphs = graphs}));
+        expect_logits_equal_the_cpu_runner(gpu);
         if (graphs) {
             EXPECT_EQ(gpu.num_graphs_captured(), 1);  // the bucket of 4
             EXPECT_EQ(gpu.num_graph_launches(), 3);   // every decode step after the first
         }
+    }
+}
+
+// Heads 64 wide: the prefill chunks run on the tensor-core kernel
+// (paged_prefill_attention_mma.h), or on the scalar one when it is forced.
+TEST_F(CudaRunner, LogitsEqualTheCpuRunnerWithTensorCoreOrScalarPrefill) {
+    SCOPED_TRACE(random_.trace());
+    load_tiny({.num_layers = 2, .dim = 128, .num_heads = 2, .num_kv_heads = 1, .ffn_dim = 160});
+    ASSERT_EQ(model_->config.head_dim, 64);
+    for (bool tensor_cores : {true, false}) {
+        SCOPED_TRACE(tensor_cores ? "tensor-core prefill" : "scalar prefill (forced)");
+        CudaModelRunner gpu(model_->config, model_->weights,
+                            with_small_pool({.tensor_core_prefill = tensor_cores}));
+        expect_logits_equal_the_cpu_runner(gpu);
     }
 }
 
