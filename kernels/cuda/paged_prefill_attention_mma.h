@@ -33,8 +33,10 @@ bool paged_prefill_mma_supports_head_dim(int64_t head_dim);
 inline constexpr int64_t kMmaPrefillQueryTile = 64;  // query rows per thread block
 inline constexpr int64_t kMmaPrefillKeyTile = 64;    // keys per shared-memory tile
 
-// Arguments as paged_prefill_attention_bf16's. Throws servelab::Error for a
-// head_dim other than 64 or 128 and for the shapes the scalar kernel refuses.
+// Arguments as paged_prefill_attention_bf16's; the pools hold fewer than
+// 2^31 rows (num_blocks · block_size: the index arithmetic is 32-bit, as the
+// runner's pools are). Throws servelab::Error for a head_dim other than 64
+// or 128 and for the shapes the scalar kernel refuses.
 void paged_prefill_attention_mma_bf16(const __nv_bfloat16* q, const __nv_bfloat16* key_pool,
                                       const __nv_bfloat16* value_pool, const int32_t* block_tables,
                                       const int32_t* query_start, const int32_t* context_lens,

@@ -85,14 +85,18 @@ template <int kDim>
     constexpr int kPiecesPerRow = kDim / 8;  // 16-byte pieces of one key's row
     constexpr int kRowsPerPass = kThreads / kPiecesPerRow;
     const int column = (int(threadIdx.x) % kPiecesPerRow) * 8;
+    // 32-bit index arithmetic: a 64-bit division costs about as many issue
+    // slots as this warp's mma work on the tile. Keys and pool rows fit
+    // (the runner keeps num_blocks · block_size < 2^31).
+    const auto block_size = uint32_t(shape.block_size);
     for (int row = int(threadIdx.x) / kPiecesPerRow; row < kKeyTile; row += kRowsPerPass) {
-        const int64_t key = tile_start + row;
+        const auto key = uint32_t(tile_start + row);
         const bool present = key < num_keys;
         const bf16* source = pool;  // a valid address for the zero-fill form
         if (present) {
-            const int64_t pool_row =
-                int64_t(table[key / shape.block_size]) * shape.block_size + key % shape.block_size;
-            source = pool + (pool_row * shape.num_kv_heads + kv_head) * kDim + column;
+            const uint32_t pool_row =
+                uint32_t(table[key / block_size]) * block_size + key % block_size;
+            source = pool + (int64_t(pool_row) * shape.num_kv_heads + kv_head) * kDim + column;
         }
         cp_async_16_bytes(tile + row * kRowStride<kDim> + column, source, present);
     }
