@@ -86,7 +86,9 @@ struct PrefillBatch {
 
 PrefillBatch make_batch(test::RandomSource& random, const MmaCase& c,
                         std::vector<std::pair<int32_t, int32_t>> chunks) {
-    PrefillBatch b{.shape_case = c, .chunks = std::move(chunks)};
+    PrefillBatch b;
+    b.shape_case = c;
+    b.chunks = std::move(chunks);
     int64_t total_blocks = 0;
     for (const auto& [q_len, context_len] : b.chunks) {
         b.query_start.push_back(b.query_start.back() + q_len);
