@@ -21,6 +21,7 @@
 #include "kernels/cuda/norm_kernels.h"
 #include "kernels/cuda/paged_decode_attention.h"
 #include "kernels/cuda/paged_prefill_attention.h"
+#include "kernels/cuda/paged_prefill_attention_mma.h"
 #include "kernels/cuda/quant_dequantize.h"
 #include "kernels/cuda/quant_gemv.h"
 #include "kernels/cuda/rope_kernels.h"
@@ -325,6 +326,43 @@ void enqueue_logits(const ModelConfig& c, CudaModelRunner::Device& d, int64_t S)
     project(d, last, d.weights.output, a.logits.data());
 }
 
+// One layer's attention of the step's queries (a.q) over the pool, into
+// a.attn: the split-K decode kernel for a decode-only step, else the prefill
+// kernel. Prefill runs on the tensor cores (paged_prefill_attention_mma.h)
+// for heads 64 and 128 wide; other widths, and options.tensor_core_prefill =
+// false, run the scalar kernel (paged_prefill_attention.h), which takes any
+// width up to 256.
+void enqueue_attention(const ModelConfig& c, const CudaRunnerOptions& options,
+                       const StepShape& shape, Activations& a, const bf16* key_pool,
+                       const bf16* value_pool, const int32_t* query_start,
+                       const int32_t* context_lens, const int32_t* block_tables,
+                       cudaStream_t stream) {
+    if (shape.decode_only) {
+        cuda::paged_decode_attention_splitk_bf16(
+            a.q.data(), key_pool, value_pool, block_tables, context_lens, a.attn.data(),
+            decode_shape_of(c, options, shape.num_seqs, shape.max_blocks_per_seq), shape.num_splits,
+            cuda::kDecodeMinPieceTokens, a.decode_workspace.data(), stream);
+        return;
+    }
+    const cuda::PagedPrefillShape prefill_shape{.num_seqs = shape.num_seqs,
+                                                .num_query_tokens = shape.num_tokens,
+                                                .max_query_len = shape.max_query_len,
+                                                .num_heads = c.num_heads,
+                                                .num_kv_heads = c.num_kv_heads,
+                                                .head_dim = c.head_dim,
+                                                .block_size = options.block_size,
+                                                .max_blocks_per_seq = shape.max_blocks_per_seq};
+    if (options.tensor_core_prefill && cuda::paged_prefill_mma_supports_head_dim(c.head_dim)) {
+        cuda::paged_prefill_attention_mma_bf16(a.q.data(), key_pool, value_pool, block_tables,
+                                               query_start, context_lens, a.attn.data(),
+                                               prefill_shape, stream);
+    } else {
+        cuda::paged_prefill_attention_bf16(a.q.data(), key_pool, value_pool, block_tables,
+                                           query_start, context_lens, a.attn.data(), prefill_shape,
+                                           stream);
+    }
+}
+
 // Enqueues the forward pass of one planned step on `stream`: from the
 // token ids in the plan array to the logits of each sequence's last token.
 // Launches only (graph-capturable): no host synchronization, no allocation.
@@ -345,16 +383,6 @@ void enqueue_forward(const ModelConfig& c, const CudaRunnerOptions& options,
     const int32_t* block_tables = context_lens + S;
 
     const RopeParams rope{c.head_dim, c.rope_dim, c.rope_freq_base};
-    const cuda::PagedDecodeShape decode_shape =
-        decode_shape_of(c, options, S, shape.max_blocks_per_seq);
-    const cuda::PagedPrefillShape prefill_shape{.num_seqs = S,
-                                                .num_query_tokens = T,
-                                                .max_query_len = shape.max_query_len,
-                                                .num_heads = c.num_heads,
-                                                .num_kv_heads = c.num_kv_heads,
-                                                .head_dim = c.head_dim,
-                                                .block_size = options.block_size,
-                                                .max_blocks_per_seq = shape.max_blocks_per_seq};
 
     cuda::embedding_gather_bf16(d.weights.token_embedding.data(), token_ids, a.x.data(), T, c.dim,
                                 c.vocab_size, stream);
@@ -376,16 +404,8 @@ void enqueue_forward(const ModelConfig& c, const CudaRunnerOptions& options,
         // every key — cached ones and this step's — the same way.
         cuda::kv_append_bf16(a.k.data(), a.v.data(), slots, key_pool, value_pool, T, c.kv_dim(),
                              stream);
-        if (shape.decode_only) {
-            cuda::paged_decode_attention_splitk_bf16(a.q.data(), key_pool, value_pool, block_tables,
-                                                     context_lens, a.attn.data(), decode_shape,
-                                                     shape.num_splits, cuda::kDecodeMinPieceTokens,
-                                                     a.decode_workspace.data(), stream);
-        } else {
-            cuda::paged_prefill_attention_bf16(a.q.data(), key_pool, value_pool, block_tables,
-                                               query_start, context_lens, a.attn.data(),
-                                               prefill_shape, stream);
-        }
+        enqueue_attention(c, options, shape, a, key_pool, value_pool, query_start, context_lens,
+                          block_tables, stream);
         ProjectionInput attn{a.attn.data(), T, c.attn_out_dim()};
         project(d, attn, w.wo, a.delta.data());
         cuda::add_rmsnorm_bf16(a.x.data(), a.delta.data(), w.ffn_norm.data(), a.normed.data(), T,

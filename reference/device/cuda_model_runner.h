@@ -46,8 +46,12 @@ struct CudaRunnerOptions {
     int64_t max_graph_batch = 256;  // decode steps with more sequences run without a graph
     // --gpu-weights: native keeps Q4_0/Q4_1/Q8_0 projections as blocks
     // (quantized GEMV up to 8 tokens, dequantize + cuBLAS beyond); bf16 is
-    // the issue-7 path, every projection through cuBLAS.
+    // the first GPU path, every projection through cuBLAS.
     GpuWeights weights = GpuWeights::kNative;
+    // Prefill attention on the tensor cores (paged_prefill_attention_mma.h)
+    // where the head width is one it takes (64, 128); false forces the
+    // scalar kernel (paged_prefill_attention.h), to compare the two.
+    bool tensor_core_prefill = true;
 };
 
 // Blocks of a bf16 device pool that fit `budget_bytes` (at least 1).

@@ -252,6 +252,19 @@ TEST_F(CudaRunner, NativeQuantizedWeightsGiveTheCpuRunnersLogits) {
     }
 }
 
+// Heads 64 wide: the prefill chunks run on the tensor-core kernel
+// (paged_prefill_attention_mma.h), or on the scalar one when it is forced.
+TEST_F(CudaRunner, LogitsEqualTheCpuRunnerWithTensorCoreOrScalarPrefill) {
+    SCOPED_TRACE(random_.trace());
+    load_tiny({.num_layers = 2, .dim = 128, .num_heads = 2, .num_kv_heads = 1, .ffn_dim = 160});
+    ASSERT_EQ(model_->config.head_dim, 64);
+    ModelRunner cpu(model_->config, cpu_weights_);
+    for (bool tensor_cores : {true, false}) {
+        SCOPED_TRACE(tensor_cores ? "tensor-core prefill" : "scalar prefill (forced)");
+        expect_logits_match(cpu, {.tensor_core_prefill = tensor_cores}, 3e-2);
+    }
+}
+
 TEST_F(CudaRunner, NativeWeightsHoldTheFilesBytesForQuantizedProjections) {
     SCOPED_TRACE(random_.trace());
     load_tiny({.num_layers = 2,

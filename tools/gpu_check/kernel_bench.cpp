@@ -7,9 +7,9 @@
 // kernel on a size that fills the chip and prints its rate as a fraction of
 // the matching ceiling: bytes moved (each input read once, each output
 // written once) over time for the memory-bound kernels, FLOPs over time for
-// prefill attention. Plain and fast versions of a kernel run on the same
-// inputs, one after the other. Times are CUDA-event
-// medians of 20 launches after 3 warm-ups, on random inputs (never zeros).
+// prefill attention (scalar and tensor-core, causal FLOPs only). Plain and fast versions of a
+// kernel run on the same inputs, one after the other. Times are CUDA-event medians of 20 launches
+// after 3 warm-ups, on random inputs (never zeros).
 //
 // `cuda_kernel_bench --splitk-sweep` instead times the split-K decode
 // attention over a grid of (batch, context, splits, minimum piece) on
@@ -36,6 +36,7 @@
 #include "kernels/cuda/norm_kernels.h"
 #include "kernels/cuda/paged_decode_attention.h"
 #include "kernels/cuda/paged_prefill_attention.h"
+#include "kernels/cuda/paged_prefill_attention_mma.h"
 #include "kernels/cuda/quant_dequantize.h"
 #include "kernels/cuda/quant_gemv.h"
 #include "kernels/cuda/quant_layout.h"
@@ -454,9 +455,20 @@ int main(int argc, char** argv) {
                                                tables_gpu.data(), starts_gpu.data(),
                                                lens_gpu.data(), out.data(), shape, 0);
         });
+        // Only the pairs under the diagonal count: len (len + 1) / 2 per
+        // head, each a d-long q·k and a d-long p·v (2 FLOPs per element).
         const double flops = 4.0 * head_dim * heads * seqs * (double(len) * (len + 1) / 2);
         row("prefill attention", "8 x 2048, 32:8 x 128", ms, flops / (ms / 1e3) / 1e12, "TFLOP/s",
             gemm_tflops);
+        // The tensor-core kernel on the same inputs, against the same cuBLAS
+        // rate (the target: 40 % of it).
+        const double mma_ms = median_ms([&] {
+            cuda::paged_prefill_attention_mma_bf16(q.data(), keys.data(), values.data(),
+                                                   tables_gpu.data(), starts_gpu.data(),
+                                                   lens_gpu.data(), out.data(), shape, 0);
+        });
+        row("prefill attn (mma.sync)", "8 x 2048, 32:8 x 128", mma_ms,
+            flops / (mma_ms / 1e3) / 1e12, "TFLOP/s", gemm_tflops);
     }
     quant_rows(rng, copy_gbs);
     return 0;
