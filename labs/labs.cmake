@@ -38,9 +38,12 @@
 #   labNN_cuda_tests           the manifest's tests on the reference engine with
 #                              the student's .cu objects linked in front of it
 #   labNN_cuda_tests_reference / labNN_cuda_tests_wrong   the same, reference /
-#                              every cuda-track planted bug of the lab at once
+#                              the cuda-track planted bugs of the lab at once
+#                              (the first of each kernel file)
+#   labNN_cuda_bug_<name>_tests   the same with one cuda-track planted bug
 #   servelab-labNN-cuda        the CLI with the student's kernels
-# and the same grader self-tests, named grade_labNN_cuda_*, which report
+# and the same grader self-tests, named grade_labNN_cuda_* (one
+# grade_labNN_cuda_bug_<name> per cuda-track bug), which report
 # SKIPPED (grade.py exits 77) on a machine without a usable GPU. The CPU
 # track builds ignore the .cu files, so it grades exactly as without them.
 #
@@ -164,12 +167,30 @@ function(servelab_lab_cuda_track lab lab_dir lab_number)
   add_executable(servelab-${lab}-cuda $<TARGET_OBJECTS:servelab_cli>
                                       $<TARGET_OBJECTS:${lab}_cuda_student_kernels>)
   target_link_libraries(servelab-${lab}-cuda PRIVATE servelab_core CLI11::CLI11)
-  # Every cuda-track bug of the lab at once (each patches its own kernel file).
+  # Each cuda-track bug alone (labNN_cuda_bug_<name>_tests), and the lab's
+  # cuda-track bugs at once: the first bug of each kernel file (two bugs in
+  # one file cannot be linked together; both are still graded alone).
   set(wrong_kernels "")
+  set(wrong_files "")
+  set(cuda_bugs "")
   foreach(bug ${SERVELAB_PLANTED_BUGS})
     if(SERVELAB_BUG_${bug}_LAB STREQUAL lab AND SERVELAB_BUG_${bug}_TRACK STREQUAL "cuda")
       servelab_planted_bug_sources(bug_sources ${bug})
-      list(APPEND wrong_kernels ${bug_sources})
+      set(bug_name ${SERVELAB_BUG_${bug}_NAME})
+      servelab_cuda_overrides(${lab}_cuda_bug_${bug_name}_kernels ${bug_sources})
+      servelab_cuda_test_binary(${lab}_cuda_bug_${bug_name}_tests ${lab}_cuda_test_objects
+                                ${lab}_cuda_bug_${bug_name}_kernels)
+      list(APPEND cuda_bugs ${bug_name})
+      set(shares_a_file FALSE)
+      foreach(path ${SERVELAB_BUG_${bug}_FILES})
+        if(path IN_LIST wrong_files)
+          set(shares_a_file TRUE)
+        endif()
+      endforeach()
+      if(NOT shares_a_file)
+        list(APPEND wrong_kernels ${bug_sources})
+        list(APPEND wrong_files ${SERVELAB_BUG_${bug}_FILES})
+      endif()
     endif()
   endforeach()
   if(wrong_kernels)
@@ -196,6 +217,15 @@ function(servelab_lab_cuda_track lab lab_dir lab_number)
               --out ${CMAKE_BINARY_DIR}/${prefix}_wrong.json --max-score 49.99)
     list(APPEND tests ${prefix}_known_wrong_scores_below_50)
   endif()
+  # Each bug alone: its group loses points and its output names the mistake.
+  foreach(bug_name ${cuda_bugs})
+    add_test(NAME ${prefix}_bug_${bug_name}
+      COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/tools/grade_planted_bug.py
+              --lab ${lab_number} --bug ${bug_name}
+              --student-tests $<TARGET_FILE:${lab}_cuda_bug_${bug_name}_tests>
+              --out ${CMAKE_BINARY_DIR}/${prefix}_bug_${bug_name}.json)
+    list(APPEND tests ${prefix}_bug_${bug_name})
+  endforeach()
   # 77: grade.py could not run the track here (no usable GPU); ctest says SKIPPED.
   set_tests_properties(${tests} PROPERTIES
     LABELS "grader;cuda" TIMEOUT 600 RUN_SERIAL TRUE SKIP_RETURN_CODE 77)
@@ -329,11 +359,11 @@ if(Python3_Interpreter_FOUND AND NOT SERVELAB_STUDENT_RELEASE)
   add_test(NAME planted_bugs_apply
     COMMAND ${Python3_EXECUTABLE} ${SERVELAB_PLANTER} check)
   set_tests_properties(planted_bugs_apply PROPERTIES LABELS "labs" TIMEOUT 60)
-  # Mutation testing (tools/labkit/mutate.py): two mutants of every lab's solution
+  # Mutation testing (tools/labkit/mutate.py): one mutant of every lab's solution
   # must be caught by its tests (make test), and the full run, every
   # mutant of every lab, is a slow test (make test-all: several minutes).
   add_test(NAME mutation_smoke
-    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tools/labkit/mutate.py --smoke 2 --jobs 1
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tools/labkit/mutate.py --smoke 1 --jobs 1
             --no-build --build-dir ${CMAKE_BINARY_DIR} --out ${CMAKE_BINARY_DIR}/mutation_smoke)
   set_tests_properties(mutation_smoke PROPERTIES LABELS "labs" TIMEOUT 600)
   add_test(NAME mutation_full

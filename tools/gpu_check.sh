@@ -43,7 +43,8 @@
 #   kernels    each kernel's rate against the copy bandwidth and cuBLAS bf16
 #              rate it measures first (kernel_bench.cpp), and the split-K sweep;
 #   e2e        SmolLM2-135M end to end: decode tokens/s at batch 1, 8, 64, 256
-#              with CUDA graphs, the batch-1 roofline, prefill (e2e_bench.cpp);
+#              with CUDA graphs, the batch-1 roofline, prefill (e2e_bench.cpp),
+#              with --gpu-weights native (default) and then bf16 (row e2e-bf16);
 #   hf         where PyTorch and transformers are installed, the same shapes
 #              through transformers' generate (hf_peer.py);
 #   labs       every lab's GPU track graded on the GPU: the grader self-tests
@@ -289,8 +290,10 @@ step_kernels() {
   return 0
 }
 
+# Native weights (the file's Q4_1 blocks, the default), then every weight bf16 (issue 7's path).
 step_e2e() {
   run_step e2e 30 120 bash -c "'$build/cuda_e2e_bench' > '$out/e2e_bench.txt' 2> '$out/e2e_bench.jsonl'"
+  run_step e2e-bf16 30 120 bash -c "'$build/cuda_e2e_bench' --gpu-weights bf16 > '$out/e2e_bench_bf16.txt' 2> '$out/e2e_bench_bf16.jsonl'"
   return 0
 }
 
@@ -389,6 +392,7 @@ print_summary() {
   [[ -n $tests_table ]] && { echo; echo "$tests_table" | tail -1; }
   [[ -f $out/kernel_bench.txt ]] && { echo; cat "$out/kernel_bench.txt"; }
   [[ -f $out/e2e_bench.txt ]] && cat "$out/e2e_bench.txt"
+  [[ -f $out/e2e_bench_bf16.txt ]] && cat "$out/e2e_bench_bf16.txt"
   [[ -f $out/hf_peer.txt ]] && cat "$out/hf_peer.txt"
   if compgen -G "$out/peers/*.json" > /dev/null; then
     echo

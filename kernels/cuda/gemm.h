@@ -41,5 +41,16 @@ void gemm_bf16(const CublasHandle& cublas, const __nv_bfloat16* x, const __nv_bf
 void gemm_bf16_f32_out(const CublasHandle& cublas, const __nv_bfloat16* x, const __nv_bfloat16* w,
                        float* y, int64_t num_tokens, int64_t in_features, int64_t out_features,
                        cudaStream_t stream);
+// The same two into columns of a wider y: token t's outputs go to
+// y[t * y_row_stride .. + out_features) (y_row_stride >= out_features).
+// For a matrix multiplied in row chunks (quant_dequantize.h: W's rows
+// [r, r + n) give y's columns [r, r + n), so y points at column r).
+void gemm_bf16_strided(const CublasHandle& cublas, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                       __nv_bfloat16* y, int64_t y_row_stride, int64_t num_tokens,
+                       int64_t in_features, int64_t out_features, cudaStream_t stream);
+void gemm_bf16_f32_out_strided(const CublasHandle& cublas, const __nv_bfloat16* x,
+                               const __nv_bfloat16* w, float* y, int64_t y_row_stride,
+                               int64_t num_tokens, int64_t in_features, int64_t out_features,
+                               cudaStream_t stream);
 
 }  // namespace servelab::cuda

@@ -30,7 +30,7 @@ bool has(const Range& range, std::string_view name) {
     return std::find(std::begin(range), std::end(range), name) != std::end(range);
 }
 
-std::string quoted(std::string_view name) {
+std::string in_quotes(std::string_view name) {
     return "'" + std::string(name) + "'";
 }
 
@@ -47,10 +47,10 @@ class Params {
         for (const auto& [keyword, value] : args.keywords) {
             const auto it = std::find(names_.begin(), names_.end(), keyword);
             if (it == names_.end()) {
-                throw Error(function_ + "() got an unexpected keyword argument " + quoted(keyword));
+                throw Error(function_ + "() got an unexpected keyword argument " + in_quotes(keyword));
             }
             if (size_t(it - names_.begin()) < args.positional.size()) {
-                throw Error(function_ + "() got multiple values for " + quoted(keyword));
+                throw Error(function_ + "() got multiple values for " + in_quotes(keyword));
             }
         }
     }
@@ -69,13 +69,13 @@ class Params {
     }
     Value required(size_t index) const {
         const Value* value = find(index);
-        if (!value) throw Error(function_ + "() is missing its argument " + quoted(names_[index]));
+        if (!value) throw Error(function_ + "() is missing its argument " + in_quotes(names_[index]));
         return *value;
     }
     std::string string(size_t index, std::string fallback) const {
         const Value value = get(index, Value::string(std::move(fallback)));
         if (!value.is(Value::Kind::kString)) {
-            throw Error(function_ + "(): " + quoted(names_[index]) + " must be a str, not " +
+            throw Error(function_ + "(): " + in_quotes(names_[index]) + " must be a str, not " +
                         std::string(type_name(value)));
         }
         return value.as_string();
@@ -83,7 +83,7 @@ class Params {
     int64_t integer(size_t index, int64_t fallback) const {
         const Value value = get(index, Value::integer(fallback));
         if (!value.is_integer_like()) {
-            throw Error(function_ + "(): " + quoted(names_[index]) + " must be an int, not " +
+            throw Error(function_ + "(): " + in_quotes(names_[index]) + " must be an int, not " +
                         std::string(type_name(value)));
         }
         return value.as_int();
@@ -230,7 +230,7 @@ int64_t length(const Value& value) {
         case Value::Kind::kDict:
             return int64_t(value.as_dict().size());
         default:
-            throw Error("object of type " + quoted(type_name(value)) + " has no len()");
+            throw Error("object of type " + in_quotes(type_name(value)) + " has no len()");
     }
 }
 
@@ -294,7 +294,7 @@ Value select_items(const Value& input, const Arguments& args, bool by_attribute,
         if (!args.positional[next].is(Value::Kind::kString))
             throw Error("select: the test must be named by a str");
         test = args.positional[next++].as_string();
-        if (!is_test(test)) throw Error("test " + quoted(test) + " is not supported");
+        if (!is_test(test)) throw Error("test " + in_quotes(test) + " is not supported");
     }
     if (!args.keywords.empty()) throw Error("select/reject take no keyword arguments");
     Arguments test_args;
@@ -425,7 +425,7 @@ Value apply_filter(std::string_view name, const Value& input, const Arguments& a
         return Value::string(replace(to_text(input), params.string(0, ""), params.string(1, ""),
                                      params.integer(2, -1), budget));
     }
-    throw Error("filter " + quoted(name) + " is not supported");
+    throw Error("filter " + in_quotes(name) + " is not supported");
 }
 
 bool apply_test(std::string_view name, const Value& input, const Arguments& args) {
@@ -464,7 +464,7 @@ bool apply_test(std::string_view name, const Value& input, const Arguments& args
         if (!input.is_integer_like()) throw Error(std::string(name) + ": expected an int");
         return (input.as_int() % 2 == 0) == (name == "even");
     }
-    throw Error("test " + quoted(name) + " is not supported");
+    throw Error("test " + in_quotes(name) + " is not supported");
 }
 
 Value call_method(const Value& object, std::string_view name, const Arguments& args,
@@ -531,7 +531,7 @@ Value call_method(const Value& object, std::string_view name, const Arguments& a
             return found ? *found : params.get(1, Value::none());
         }
     }
-    throw Error(quoted(type_name(object)) + " object has no method " + quoted(name));
+    throw Error(in_quotes(type_name(object)) + " object has no method " + in_quotes(name));
 }
 
 Value get_attribute(const Value& object, std::string_view name) {
@@ -541,7 +541,7 @@ Value get_attribute(const Value& object, std::string_view name) {
     if (object.is(Value::Kind::kNamespace)) found = find_key(object.namespace_attributes(), name);
     if (found) return *found;
     return Value::undefined("'" + std::string(type_name(object)) + " object' has no attribute " +
-                            quoted(name));
+                            in_quotes(name));
 }
 
 Value get_item(const Value& object, const Value& key) {
@@ -563,7 +563,7 @@ Value get_item(const Value& object, const Value& key) {
     }
     return Value::undefined(
         "'" + std::string(type_name(object)) + " object' has no element " +
-        (key.is(Value::Kind::kString) ? quoted(key.as_string()) : to_text(key)));
+        (key.is(Value::Kind::kString) ? in_quotes(key.as_string()) : to_text(key)));
 }
 
 Value get_slice(const Value& object, const Value& start, const Value& stop, const Value& step,
@@ -573,7 +573,7 @@ Value get_slice(const Value& object, const Value& start, const Value& stop, cons
     // jinja2 compiles a slice to Python's own obj[a:b], not to its lenient
     // lookup, so slicing anything else is a TypeError, not Undefined.
     if (!is_text && !object.is(Value::Kind::kList)) {
-        throw Error(quoted(type_name(object)) + " object is not subscriptable");
+        throw Error(in_quotes(type_name(object)) + " object is not subscriptable");
     }
     for (const Value* bound : {&start, &stop, &step}) {
         if (!bound->is(Value::Kind::kNone) && !bound->is_integer_like()) {
@@ -628,7 +628,7 @@ List iterate(const Value& value, Budget& budget) {
                 items.push_back(Value::string(std::string(c)));
             break;
         default:
-            throw Error(quoted(type_name(value)) + " object is not iterable");
+            throw Error(in_quotes(type_name(value)) + " object is not iterable");
     }
     budget.list_items(items.size());
     return items;
@@ -641,7 +641,7 @@ Value apply_operator(std::string_view op, const Value& left, const Value& right,
     }
     const auto unsupported = [&]() -> Error {
         return Error("unsupported operand types for " + std::string(op) + ": " +
-                     quoted(type_name(left)) + " and " + quoted(type_name(right)));
+                     in_quotes(type_name(left)) + " and " + in_quotes(type_name(right)));
     };
     if (left.is_integer_like() && right.is_integer_like()) {
         const int64_t a = left.as_int(), b = right.as_int();
@@ -709,7 +709,7 @@ bool contains(const Value& container, const Value& item) {
         case Value::Kind::kString:
             if (!item.is(Value::Kind::kString)) {
                 throw Error("'in <string>' requires a str on the left, not " +
-                            quoted(type_name(item)));
+                            in_quotes(type_name(item)));
             }
             return container.as_string().find(item.as_string()) != std::string::npos;
         case Value::Kind::kList:
@@ -717,7 +717,7 @@ bool contains(const Value& container, const Value& item) {
                                [&](const Value& x) { return equals(x, item); });
         case Value::Kind::kDict:
             if (item.is(Value::Kind::kList) || item.is(Value::Kind::kDict)) {
-                throw Error("unhashable type: " + quoted(type_name(item)));
+                throw Error("unhashable type: " + in_quotes(type_name(item)));
             }
             return item.is(Value::Kind::kString) && find_key(container.as_dict(), item.as_string());
         case Value::Kind::kGenerator:  // reads up to the first match, as Python does
@@ -726,7 +726,7 @@ bool contains(const Value& container, const Value& item) {
             }
             return false;
         default:
-            throw Error("argument of type " + quoted(type_name(container)) + " is not iterable");
+            throw Error("argument of type " + in_quotes(type_name(container)) + " is not iterable");
     }
 }
 

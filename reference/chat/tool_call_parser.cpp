@@ -4,6 +4,8 @@
 // See tool_call_parser.h.
 #include "reference/chat/tool_call_parser.h"
 
+#include "reference/common/json_string_skipper.h"
+
 namespace servelab {
 
 ToolCallParse parse_tool_calls(ToolCallFormat format, std::string_view output, size_t max_calls) {
@@ -31,23 +33,11 @@ size_t json_container_end(std::string_view text, size_t begin) {
         return std::string_view::npos;
     }
     int depth = 0;
-    bool in_string = false;
-    bool escaped = false;
+    JsonStringSkipper strings;
     for (size_t at = begin; at < text.size(); ++at) {
         const char c = text[at];
-        if (in_string) {
-            if (escaped) {
-                escaped = false;
-            } else if (c == '\\') {
-                escaped = true;
-            } else if (c == '"') {
-                in_string = false;
-            }
-            continue;
-        }
-        if (c == '"') {
-            in_string = true;
-        } else if (c == '{' || c == '[') {
+        if (strings.in_string(c)) continue;
+        if (c == '{' || c == '[') {
             if (++depth > kMaxCallDepth) return std::string_view::npos;
         } else if (c == '}' || c == ']') {
             if (--depth == 0) return at + 1;

@@ -10,6 +10,7 @@
 #include "reference/speculative/model_drafter.h"
 #ifdef SERVELAB_HAVE_CUDA
 #include "reference/device/cuda_model_runner.h"
+#include "reference/device/cuda_weights.h"
 #endif
 
 namespace servelab::cli {
@@ -70,14 +71,18 @@ void CliGenerator::start_on_gpu(const SchedulerConfig& scheduler) {
         throw servelab::Error("--device cuda keeps keys and values in bf16: drop --kv-dtype");
     }
     const ModelConfig& config = model_.config;
-    // The runner uploads every weight as bf16: two bytes per element.
-    int64_t bf16_weight_bytes = 0;
+    const GpuWeights weights_kind = parse_gpu_weights(options_.gpu_weights);
+    // What the runner uploads: two bytes per element in bf16, the file's own
+    // bytes for native Q4_0/Q4_1/Q8_0 projections.
+    int64_t device_weight_bytes = 0;
     for (const GgufTensorInfo& tensor : model_.file.tensors()) {
-        bf16_weight_bytes += 2 * tensor.num_elements();
+        device_weight_bytes += cuda_tensor_bytes(tensor.type, tensor.num_elements(),
+                                                 tensor.name == "token_embd.weight", weights_kind);
     }
-    const int64_t budget =
-        options_.checked_budget_bytes(cuda_device_memory_bytes(), bf16_weight_bytes, "GPU memory");
+    const int64_t budget = options_.checked_budget_bytes(cuda_device_memory_bytes(),
+                                                         device_weight_bytes, "GPU memory");
     CudaRunnerOptions gpu;
+    gpu.weights = weights_kind;
     gpu.block_size = options_.block_size;
     gpu.num_kv_blocks = cuda_kv_blocks_for_budget(config, gpu.block_size, budget);
     // Naive and contiguous decoding (runner_generate.h) need one request's
@@ -90,7 +95,8 @@ void CliGenerator::start_on_gpu(const SchedulerConfig& scheduler) {
     auto cuda_runner = std::make_unique<CudaModelRunner>(config, model_.weights, gpu);
     gpu_pool_bytes_ = cuda_runner->kv_pool_bytes();
     if (announce_)
-        spdlog::info("GPU: {} of bf16 weights uploaded", format_bytes(cuda_runner->weight_bytes()));
+        spdlog::info("GPU: {} of weights uploaded (--gpu-weights {})",
+                     format_bytes(cuda_runner->weight_bytes()), gpu_weights_name(weights_kind));
     gpu_runner_ = std::move(cuda_runner);
     if (one_request) return;
     pool_ = std::make_unique<PagedKvCache>(config, gpu.num_kv_blocks, gpu.block_size,

@@ -224,9 +224,16 @@ void CacheOptions::add_to(CLI::App& command) {
         ->capture_default_str();
     command
         .add_option("--device", device,
-                    "where the engine runs: 'cpu', or 'cuda' (GPU 0: bf16 weights, the paged "
-                    "KV pool in GPU memory, --kv-memory fractions of GPU memory)")
+                    "where the engine runs: 'cpu', or 'cuda' (GPU 0: weights as --gpu-weights "
+                    "says, the paged KV pool in GPU memory, --kv-memory fractions of GPU memory)")
         ->check(CLI::IsMember({"cpu", "cuda"}))
+        ->capture_default_str();
+    command
+        .add_option("--gpu-weights", gpu_weights,
+                    "--device cuda: 'native' (Q4_0/Q4_1/Q8_0 projections stay quantized on the "
+                    "GPU, read by a quantized GEMV up to 8 tokens) or 'bf16' (every weight "
+                    "rounded to bf16, cuBLAS)")
+        ->check(CLI::IsMember({"bf16", "native"}))
         ->capture_default_str();
 }
 

@@ -79,6 +79,9 @@ struct CacheOptions {
     bool no_prefix_caching = false;
     std::string prefix_cache = "hash";  // hash (Lab 4) or radix (Lab 11)
     std::string device = "cpu";         // "cuda": the paged engine on GPU 0 (issue 7)
+    // --device cuda: "native" keeps Q4_0/Q4_1/Q8_0 projections as blocks on
+    // the GPU, "bf16" rounds every weight to bf16 (reference/device/cuda_weights.h).
+    std::string gpu_weights = "native";
 
     void add_to(CLI::App& command);
     // Whether to decode with the paged cache: --kv-layout paged, or auto where

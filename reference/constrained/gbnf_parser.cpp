@@ -383,7 +383,7 @@ void GbnfParser::check_has_rule(const std::string& root) const {
 }
 
 void GbnfParser::check_repeated_items() const {
-    const std::vector<bool> nullable = draft_.nullable_rules();
+    const std::vector<bool> nullable = nullable_rules(draft_.shapes());
     for (const UnboundedRepetition& loop : loops_) {
         bool item_nullable = true;
         for (const DraftSymbol& s : loop.item) {
@@ -399,66 +399,17 @@ void GbnfParser::check_repeated_items() const {
     }
 }
 
-// An edge of "rule A may begin with rule B": a reference to B at `offset`
-// in one of A's alternatives, after nothing but rules that may match "".
-struct BeginsWith {
-    int32_t to;
-    size_t offset;
-};
-
-std::vector<std::vector<BeginsWith>> may_begin_with(const DraftRules& draft) {
-    const std::vector<bool> nullable = draft.nullable_rules();
-    std::vector<std::vector<BeginsWith>> edges(draft.num_rules());
-    for (int32_t r = 0; r < int32_t(draft.num_rules()); ++r) {
-        for (const DraftSequence& alternative : draft.alternatives(r)) {
-            for (const DraftSymbol& s : alternative) {
-                if (s.symbol.kind == GrammarSymbol::Kind::kBytes) break;
-                edges[size_t(r)].push_back({s.symbol.rule, s.offset});
-                if (!nullable[size_t(s.symbol.rule)]) break;
-            }
-        }
-    }
-    return edges;
-}
-
 // A rule that can begin with itself (through rules that may match "") would
-// make a pushdown matcher expand it forever. Depth-first search over "may
-// begin with" edges, with an explicit stack (a long chain of rules must not
-// exhaust the call stack); a back edge closes a cycle, reported at the
-// reference that closes it, naming the source's rules on the way.
+// make a pushdown matcher expand it forever (rule_graph.h); reported at the
+// reference that closes the cycle, naming the source's rules on the way.
 void GbnfParser::check_left_recursion() const {
-    const std::vector<std::vector<BeginsWith>> edges = may_begin_with(draft_);
-    enum : uint8_t { kUnseen, kOnPath, kDone };
-    std::vector<uint8_t> state(draft_.num_rules(), kUnseen);
-    struct Frame {
-        int32_t rule;
-        size_t next_edge;
-    };
-    for (int32_t start = 0; start < int32_t(draft_.num_rules()); ++start) {
-        if (state[size_t(start)] != kUnseen) continue;
-        std::vector<Frame> path = {{start, 0}};
-        state[size_t(start)] = kOnPath;
-        while (!path.empty()) {
-            Frame& top = path.back();
-            if (top.next_edge == edges[size_t(top.rule)].size()) {
-                state[size_t(top.rule)] = kDone;
-                path.pop_back();
-                continue;
-            }
-            const BeginsWith edge = edges[size_t(top.rule)][top.next_edge++];
-            if (state[size_t(edge.to)] == kOnPath) {
-                std::vector<int32_t> cycle;
-                for (const Frame& f : path) {
-                    if (f.rule == edge.to || !cycle.empty()) cycle.push_back(f.rule);
-                }
-                report_left_recursion(cycle, edge.offset);
-            }
-            if (state[size_t(edge.to)] == kUnseen) {
-                state[size_t(edge.to)] = kOnPath;
-                path.push_back({edge.to, 0});
-            }
-        }
-    }
+    const RuleShapes shapes = draft_.shapes();
+    const std::optional<LeftRecursion> found = find_left_recursion(shapes, nullable_rules(shapes));
+    if (!found) return;
+    const RuleReference& at = found->closing;
+    const DraftSymbol& closing =
+        draft_.alternatives(at.rule)[size_t(at.alternative)][size_t(at.symbol)];
+    report_left_recursion(found->cycle, closing.offset);
 }
 
 // `cycle` lists the rules from the one that begins with itself around to

@@ -3,101 +3,39 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
+#include "reference/constrained/rule_graph.h"
+
 namespace servelab {
 namespace {
 
 using Alternatives = std::vector<std::vector<std::vector<GrammarSymbol>>>;
 
-// Which rules match "": the least fixed point, by a worklist so that it
-// takes linear time even on a long chain of rules. An alternative matches
-// "" once all its symbols do; count down the ones not yet known to (a byte
-// set never will), and visit a rule's users once, when it is found nullable.
-std::vector<bool> nullable_rules(const Alternatives& rules) {
-    struct Use {
-        size_t rule, alternative;
-    };
-    std::vector<std::vector<Use>> uses(rules.size());
-    std::vector<std::vector<size_t>> pending(rules.size());
-    std::vector<size_t> found;
-    for (size_t r = 0; r < rules.size(); ++r) {
-        for (size_t a = 0; a < rules[r].size(); ++a) {
-            pending[r].push_back(rules[r][a].size());
-            if (rules[r][a].empty()) found.push_back(r);
-            for (const GrammarSymbol& s : rules[r][a]) {
-                if (s.kind == GrammarSymbol::Kind::kRule) uses[size_t(s.rule)].push_back({r, a});
-            }
-        }
-    }
-    std::vector<bool> nullable(rules.size(), false);
-    while (!found.empty()) {
-        const size_t rule = found.back();
-        found.pop_back();
-        if (nullable[rule]) continue;
-        nullable[rule] = true;
-        for (const Use& use : uses[rule]) {
-            if (--pending[use.rule][use.alternative] == 0) found.push_back(use.rule);
-        }
-    }
-    return nullable;
-}
-
-// The rules each rule can start with: those it references before its first
-// symbol that cannot match "". A cycle among them is left recursion.
-std::vector<std::vector<int32_t>> leftmost_references(const Alternatives& rules,
-                                                      const std::vector<bool>& nullable) {
-    std::vector<std::vector<int32_t>> edges(rules.size());
+RuleShapes shapes_of(const Alternatives& rules) {
+    RuleShapes shapes(rules.size());
     for (size_t r = 0; r < rules.size(); ++r) {
         for (const auto& alternative : rules[r]) {
+            std::vector<int32_t>& symbols = shapes[r].emplace_back();
             for (const GrammarSymbol& s : alternative) {
-                if (s.kind == GrammarSymbol::Kind::kBytes) break;
-                edges[r].push_back(s.rule);
-                if (!nullable[size_t(s.rule)]) break;
+                symbols.push_back(s.kind == GrammarSymbol::Kind::kBytes ? kByteSetSymbol : s.rule);
             }
         }
     }
-    return edges;
+    return shapes;
 }
 
-// Throws naming the first left-recursive cycle found: a depth-first search
-// with an explicit stack (a long chain of rules must not exhaust the call
-// stack), where an edge back to a rule on the path closes a cycle.
-void refuse_left_recursion(const std::vector<std::vector<int32_t>>& edges,
+// Throws naming the first left-recursive cycle found.
+void refuse_left_recursion(const RuleShapes& shapes, const std::vector<bool>& nullable,
                            const std::vector<std::string>& names) {
-    enum : uint8_t { kUnseen, kOnPath, kDone };
-    std::vector<uint8_t> state(edges.size(), kUnseen);
-    struct Frame {
-        int32_t rule;
-        size_t next_edge;
-    };
-    for (size_t start = 0; start < edges.size(); ++start) {
-        if (state[start] != kUnseen) continue;
-        std::vector<Frame> path = {{int32_t(start), 0}};
-        state[start] = kOnPath;
-        while (!path.empty()) {
-            Frame& top = path.back();
-            if (top.next_edge == edges[size_t(top.rule)].size()) {
-                state[size_t(top.rule)] = kDone;
-                path.pop_back();
-                continue;
-            }
-            const int32_t next = edges[size_t(top.rule)][top.next_edge++];
-            if (state[size_t(next)] == kOnPath) {
-                std::string cycle;
-                bool in_cycle = false;
-                for (const Frame& f : path) {
-                    in_cycle = in_cycle || f.rule == next;
-                    if (in_cycle) cycle += names[size_t(f.rule)] + " -> ";
-                }
-                throw GrammarError(fmt::format(
-                    "grammar rule '{}' is left-recursive ({}{}); rewrite it with repetition",
-                    names[size_t(next)], cycle, names[size_t(next)]));
-            }
-            if (state[size_t(next)] == kUnseen) {
-                state[size_t(next)] = kOnPath;
-                path.push_back({next, 0});
-            }
-        }
-    }
+    const std::optional<LeftRecursion> found = find_left_recursion(shapes, nullable);
+    if (!found) return;
+    std::string cycle;
+    for (const int32_t rule : found->cycle) cycle += names[size_t(rule)] + " -> ";
+    const std::string& rule = names[size_t(found->cycle.front())];
+    throw GrammarError(
+        fmt::format("grammar rule '{}' is left-recursive ({}{}); rewrite it with repetition", rule,
+                    cycle, rule));
 }
 
 std::string byte_set_text(const ByteSet& set) {
@@ -168,8 +106,9 @@ Grammar GrammarBuilder::build(const std::string& root) const {
     Grammar g;
     g.root_rule_ = root_it->second;
     g.rule_names_ = names_;
-    g.nullable_ = nullable_rules(alternatives_);
-    refuse_left_recursion(leftmost_references(alternatives_, g.nullable_), names_);
+    const RuleShapes shapes = shapes_of(alternatives_);
+    g.nullable_ = nullable_rules(shapes);
+    refuse_left_recursion(shapes, g.nullable_, names_);
     g.rule_alternatives_.resize(names_.size());
     for (size_t r = 0; r < names_.size(); ++r) {
         for (const auto& alternative : alternatives_[r]) {

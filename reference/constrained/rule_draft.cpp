@@ -22,40 +22,18 @@ void DraftRules::add_alternative(int32_t rule, DraftSequence symbols) {
     rules_[size_t(rule)].alternatives.push_back(std::move(symbols));
 }
 
-std::vector<bool> DraftRules::nullable_rules() const {
-    // An alternative matches "" once all its symbols do; count down the ones
-    // not yet known to (a byte set never will), and visit each rule's users
-    // once, when the rule is found nullable.
-    struct Use {
-        int32_t rule;
-        size_t alternative;
-    };
-    std::vector<std::vector<Use>> uses(rules_.size());
-    std::vector<std::vector<size_t>> pending(rules_.size());
-    std::vector<int32_t> found;
+RuleShapes DraftRules::shapes() const {
+    RuleShapes shapes(rules_.size());
     for (size_t r = 0; r < rules_.size(); ++r) {
-        const auto& alternatives = rules_[r].alternatives;
-        for (size_t a = 0; a < alternatives.size(); ++a) {
-            pending[r].push_back(alternatives[a].size());
-            if (alternatives[a].empty()) found.push_back(int32_t(r));
-            for (const DraftSymbol& s : alternatives[a]) {
-                if (s.symbol.kind == GrammarSymbol::Kind::kRule) {
-                    uses[size_t(s.symbol.rule)].push_back({int32_t(r), a});
-                }
+        for (const DraftSequence& alternative : rules_[r].alternatives) {
+            std::vector<int32_t>& symbols = shapes[r].emplace_back();
+            for (const DraftSymbol& s : alternative) {
+                const bool bytes = s.symbol.kind == GrammarSymbol::Kind::kBytes;
+                symbols.push_back(bytes ? kByteSetSymbol : s.symbol.rule);
             }
         }
     }
-    std::vector<bool> nullable(rules_.size(), false);
-    while (!found.empty()) {
-        const int32_t rule = found.back();
-        found.pop_back();
-        if (nullable[size_t(rule)]) continue;
-        nullable[size_t(rule)] = true;
-        for (const Use& use : uses[size_t(rule)]) {
-            if (--pending[size_t(use.rule)][use.alternative] == 0) found.push_back(use.rule);
-        }
-    }
-    return nullable;
+    return shapes;
 }
 
 std::optional<DraftSymbol> DraftRules::character_class(const std::vector<CodepointRange>& ranges,

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "reference/constrained/grammar.h"
+#include "reference/constrained/rule_graph.h"
 #include "reference/constrained/utf8_ranges.h"
 
 namespace servelab {
@@ -52,8 +53,9 @@ class DraftRules {
     }
     // The elements the built grammar will have: one per symbol, one per alternative.
     size_t num_elements() const { return num_elements_; }
-    // Which rules can match "" (the least fixed point, by a worklist: linear time).
-    std::vector<bool> nullable_rules() const;
+    // Each rule's alternatives as the rules they reference (rule_graph.h:
+    // which rules can match "", which can begin with themselves).
+    RuleShapes shapes() const;
 
     // One character of `ranges` (a set of code points, already negated if
     // need be): a byte-set symbol when every such character is one byte,

@@ -21,6 +21,9 @@
 #include "kernels/cuda/norm_kernels.h"
 #include "kernels/cuda/paged_decode_attention.h"
 #include "kernels/cuda/paged_prefill_attention.h"
+#include "kernels/cuda/paged_prefill_attention_mma.h"
+#include "kernels/cuda/quant_dequantize.h"
+#include "kernels/cuda/quant_gemv.h"
 #include "kernels/cuda/rope_kernels.h"
 #include "kernels/cuda/sampling_kernels.h"
 #include "reference/device/cuda_weights.h"
@@ -137,6 +140,12 @@ struct CudaModelRunner::Device {
     DeviceBuffer<uint64_t> mask_words{0};  // constrained samples' grammar masks (Lab 12)
     DeviceBuffer<int32_t> sampled{0};
     DeviceBuffer<float> sampling_workspace{0};
+    // Native weights (cuda_weights.h): the GEMV's int8 activations (up to 8
+    // tokens of the widest input) and the bf16 scratch a native matrix is
+    // dequantized into for cuBLAS past 8 tokens. Empty with bf16 weights.
+    DeviceBuffer<int8_t> x_codes{0};
+    DeviceBuffer<float2> x_scales{0};
+    DeviceBuffer<bf16> dequant_scratch{0};
 
     ~Device() {
         drop_graphs();
@@ -188,7 +197,11 @@ CudaModelRunner::CudaModelRunner(const ModelConfig& config, const ModelWeights& 
             CUBLAS_STATUS_SUCCESS) {
         throw Error("--device cuda: could not bind cuBLAS to the runner's stream and workspace");
     }
-    d.weights = CudaWeights::upload(config, weights);
+    d.weights = CudaWeights::upload(config, weights, options.weights);
+    const int64_t widest = d.weights.widest_native_cols();
+    d.x_codes = DeviceBuffer<int8_t>(size_t(cuda::kQuantGemvMaxTokens * widest));
+    d.x_scales = DeviceBuffer<float2>(size_t(cuda::kQuantGemvMaxTokens * widest / 32));
+    d.dequant_scratch = DeviceBuffer<bf16>(size_t(d.weights.largest_layer_native_elements()));
 
     const RopeParams rope{config.head_dim, config.rope_dim, config.rope_freq_base};
     const std::vector<float> table = cuda::rope_cos_sin_table(rope, config.context_length);
@@ -226,6 +239,69 @@ int64_t CudaModelRunner::num_graphs_captured() const {
 
 namespace {
 
+// One input of several projections (Q, K and V read the same normed rows):
+// quantized for the GEMV at most once, by the first native projection.
+struct ProjectionInput {
+    const bf16* x;  // (num_tokens, cols)
+    int64_t num_tokens;
+    int64_t cols;
+    bool quantized = false;
+};
+
+void gemm_out(CudaModelRunner::Device& d, const bf16* x, const bf16* w, bf16* y, int64_t stride,
+              int64_t tokens, int64_t cols, int64_t rows) {
+    cuda::gemm_bf16_strided(d.cublas, x, w, y, stride, tokens, cols, rows, d.stream);
+}
+void gemm_out(CudaModelRunner::Device& d, const bf16* x, const bf16* w, float* y, int64_t stride,
+              int64_t tokens, int64_t cols, int64_t rows) {
+    cuda::gemm_bf16_f32_out_strided(d.cublas, x, w, y, stride, tokens, cols, rows, d.stream);
+}
+void gemv_out(CudaModelRunner::Device& d, const cuda::QuantMatrixView& w,
+              const cuda::QuantizedActivationsView& x, bf16* y) {
+    cuda::quant_gemv_fast(w, x, y, d.stream);
+}
+void gemv_out(CudaModelRunner::Device& d, const cuda::QuantMatrixView& w,
+              const cuda::QuantizedActivationsView& x, float* y) {
+    cuda::quant_gemv_fast_f32_out(w, x, y, d.stream);
+}
+
+// y (num_tokens, w.rows) = x · Wᵀ, W as the weights hold it:
+//   bf16: cuBLAS, as issue 7 built it;
+//   native, ≤ 8 tokens: x quantized to int8 blocks (once per input), then
+//     the quantized GEMV, which reads W's blocks once;
+//   native, more tokens: W dequantized to bf16 into the scratch and cuBLAS,
+//     in chunks of rows the scratch holds (all of a layer's matrix at once;
+//     an untied output head in several).
+template <typename Out>
+void project(CudaModelRunner::Device& d, ProjectionInput& in, const CudaMatrix& w, Out* y) {
+    if (!w.is_native()) {
+        gemm_out(d, in.x, w.bf16.data(), y, w.rows, in.num_tokens, in.cols, w.rows);
+        return;
+    }
+    const cuda::QuantMatrixView blocks = w.native_view();
+    if (in.num_tokens <= cuda::kQuantGemvMaxTokens) {
+        const cuda::QuantizedActivationsView xq{d.x_codes.data(), d.x_scales.data(), in.num_tokens,
+                                                in.cols};
+        if (!in.quantized) cuda::quantize_activations_int8(in.x, xq, d.stream);
+        in.quantized = true;
+        gemv_out(d, blocks, xq, y);
+        return;
+    }
+    const int64_t chunk_rows =
+        std::clamp<int64_t>(int64_t(d.dequant_scratch.size()) / w.cols, 1, w.rows);
+    const int64_t code_bytes = cuda::quant_code_bytes(w.native_type);
+    const int64_t scale_halves = cuda::quant_scale_halves(w.native_type);
+    for (int64_t first = 0; first < w.rows; first += chunk_rows) {
+        cuda::QuantMatrixView chunk = blocks;
+        chunk.rows = std::min(chunk_rows, w.rows - first);
+        chunk.codes += first * blocks.blocks_per_row() * code_bytes;
+        chunk.scales += first * blocks.blocks_per_row() * scale_halves;
+        cuda::dequantize_to_bf16(chunk, d.dequant_scratch.data(), d.stream);
+        gemm_out(d, in.x, d.dequant_scratch.data(), y + first, w.rows, in.num_tokens, in.cols,
+                 chunk.rows);
+    }
+}
+
 // The shape of one forward pass: everything a kernel launch depends on
 // besides the device arrays. A graph is valid for as long as this holds.
 struct StepShape {
@@ -236,6 +312,56 @@ struct StepShape {
     bool decode_only = false;
     int64_t num_splits = 0;  // decode only
 };
+
+// logits (S, vocab) fp32 = the S gathered last rows · the head: the tied
+// embedding (bf16, cuBLAS), or an untied head as the weights hold it.
+void enqueue_logits(const ModelConfig& c, CudaModelRunner::Device& d, int64_t S) {
+    Activations& a = *d.act;
+    if (d.weights.output_is_tied()) {
+        cuda::gemm_bf16_f32_out(d.cublas, a.last_hidden.data(), d.weights.token_embedding.data(),
+                                a.logits.data(), S, c.dim, c.vocab_size, d.stream);
+        return;
+    }
+    ProjectionInput last{a.last_hidden.data(), S, c.dim};
+    project(d, last, d.weights.output, a.logits.data());
+}
+
+// One layer's attention of the step's queries (a.q) over the pool, into
+// a.attn: the split-K decode kernel for a decode-only step, else the prefill
+// kernel. Prefill runs on the tensor cores (paged_prefill_attention_mma.h)
+// for heads 64 and 128 wide; other widths, and options.tensor_core_prefill =
+// false, run the scalar kernel (paged_prefill_attention.h), which takes any
+// width up to 256.
+void enqueue_attention(const ModelConfig& c, const CudaRunnerOptions& options,
+                       const StepShape& shape, Activations& a, const bf16* key_pool,
+                       const bf16* value_pool, const int32_t* query_start,
+                       const int32_t* context_lens, const int32_t* block_tables,
+                       cudaStream_t stream) {
+    if (shape.decode_only) {
+        cuda::paged_decode_attention_splitk_bf16(
+            a.q.data(), key_pool, value_pool, block_tables, context_lens, a.attn.data(),
+            decode_shape_of(c, options, shape.num_seqs, shape.max_blocks_per_seq), shape.num_splits,
+            cuda::kDecodeMinPieceTokens, a.decode_workspace.data(), stream);
+        return;
+    }
+    const cuda::PagedPrefillShape prefill_shape{.num_seqs = shape.num_seqs,
+                                                .num_query_tokens = shape.num_tokens,
+                                                .max_query_len = shape.max_query_len,
+                                                .num_heads = c.num_heads,
+                                                .num_kv_heads = c.num_kv_heads,
+                                                .head_dim = c.head_dim,
+                                                .block_size = options.block_size,
+                                                .max_blocks_per_seq = shape.max_blocks_per_seq};
+    if (options.tensor_core_prefill && cuda::paged_prefill_mma_supports_head_dim(c.head_dim)) {
+        cuda::paged_prefill_attention_mma_bf16(a.q.data(), key_pool, value_pool, block_tables,
+                                               query_start, context_lens, a.attn.data(),
+                                               prefill_shape, stream);
+    } else {
+        cuda::paged_prefill_attention_bf16(a.q.data(), key_pool, value_pool, block_tables,
+                                           query_start, context_lens, a.attn.data(), prefill_shape,
+                                           stream);
+    }
+}
 
 // Enqueues the forward pass of one planned step on `stream`: from the
 // token ids in the plan array to the logits of each sequence's last token.
@@ -257,16 +383,6 @@ void enqueue_forward(const ModelConfig& c, const CudaRunnerOptions& options,
     const int32_t* block_tables = context_lens + S;
 
     const RopeParams rope{c.head_dim, c.rope_dim, c.rope_freq_base};
-    const cuda::PagedDecodeShape decode_shape =
-        decode_shape_of(c, options, S, shape.max_blocks_per_seq);
-    const cuda::PagedPrefillShape prefill_shape{.num_seqs = S,
-                                                .num_query_tokens = T,
-                                                .max_query_len = shape.max_query_len,
-                                                .num_heads = c.num_heads,
-                                                .num_kv_heads = c.num_kv_heads,
-                                                .head_dim = c.head_dim,
-                                                .block_size = options.block_size,
-                                                .max_blocks_per_seq = shape.max_blocks_per_seq};
 
     cuda::embedding_gather_bf16(d.weights.token_embedding.data(), token_ids, a.x.data(), T, c.dim,
                                 c.vocab_size, stream);
@@ -277,12 +393,10 @@ void enqueue_forward(const ModelConfig& c, const CudaRunnerOptions& options,
         // x += the previous layer's MLP output (none before layer 0); normed = rmsnorm(x).
         cuda::add_rmsnorm_bf16(a.x.data(), l == 0 ? nullptr : a.delta.data(), w.attn_norm.data(),
                                a.normed.data(), T, c.dim, c.rms_norm_eps, stream);
-        cuda::gemm_bf16(d.cublas, a.normed.data(), w.wq.data(), a.q.data(), T, c.dim, c.q_dim(),
-                        stream);
-        cuda::gemm_bf16(d.cublas, a.normed.data(), w.wk.data(), a.k.data(), T, c.dim, c.kv_dim(),
-                        stream);
-        cuda::gemm_bf16(d.cublas, a.normed.data(), w.wv.data(), a.v.data(), T, c.dim, c.kv_dim(),
-                        stream);
+        ProjectionInput normed{a.normed.data(), T, c.dim};
+        project(d, normed, w.wq, a.q.data());
+        project(d, normed, w.wk, a.k.data());
+        project(d, normed, w.wv, a.v.data());
         cuda::rope_bf16(a.q.data(), positions, d.rope_table.data(), T, c.num_heads, rope, stream);
         cuda::rope_bf16(a.k.data(), positions, d.rope_table.data(), T, c.num_kv_heads, rope,
                         stream);
@@ -290,27 +404,18 @@ void enqueue_forward(const ModelConfig& c, const CudaRunnerOptions& options,
         // every key — cached ones and this step's — the same way.
         cuda::kv_append_bf16(a.k.data(), a.v.data(), slots, key_pool, value_pool, T, c.kv_dim(),
                              stream);
-        if (shape.decode_only) {
-            cuda::paged_decode_attention_splitk_bf16(a.q.data(), key_pool, value_pool, block_tables,
-                                                     context_lens, a.attn.data(), decode_shape,
-                                                     shape.num_splits, cuda::kDecodeMinPieceTokens,
-                                                     a.decode_workspace.data(), stream);
-        } else {
-            cuda::paged_prefill_attention_bf16(a.q.data(), key_pool, value_pool, block_tables,
-                                               query_start, context_lens, a.attn.data(),
-                                               prefill_shape, stream);
-        }
-        cuda::gemm_bf16(d.cublas, a.attn.data(), w.wo.data(), a.delta.data(), T, c.attn_out_dim(),
-                        c.dim, stream);
+        enqueue_attention(c, options, shape, a, key_pool, value_pool, query_start, context_lens,
+                          block_tables, stream);
+        ProjectionInput attn{a.attn.data(), T, c.attn_out_dim()};
+        project(d, attn, w.wo, a.delta.data());
         cuda::add_rmsnorm_bf16(a.x.data(), a.delta.data(), w.ffn_norm.data(), a.normed.data(), T,
                                c.dim, c.rms_norm_eps, stream);
-        cuda::gemm_bf16(d.cublas, a.normed.data(), w.w_gate.data(), a.gate.data(), T, c.dim,
-                        c.ffn_dim, stream);
-        cuda::gemm_bf16(d.cublas, a.normed.data(), w.w_up.data(), a.up.data(), T, c.dim, c.ffn_dim,
-                        stream);
+        ProjectionInput ffn_in{a.normed.data(), T, c.dim};
+        project(d, ffn_in, w.w_gate, a.gate.data());
+        project(d, ffn_in, w.w_up, a.up.data());
         cuda::silu_mul_fast_bf16(a.gate.data(), a.up.data(), a.act.data(), T * c.ffn_dim, stream);
-        cuda::gemm_bf16(d.cublas, a.act.data(), w.w_down.data(), a.delta.data(), T, c.ffn_dim,
-                        c.dim, stream);
+        ProjectionInput act{a.act.data(), T, c.ffn_dim};
+        project(d, act, w.w_down, a.delta.data());
     }
     cuda::add_rmsnorm_bf16(a.x.data(), a.delta.data(), d.weights.output_norm.data(),
                            a.normed.data(), T, c.dim, c.rms_norm_eps, stream);
@@ -319,8 +424,7 @@ void enqueue_forward(const ModelConfig& c, const CudaRunnerOptions& options,
     // kernel, the step's rows being the "table".
     cuda::embedding_gather_bf16(a.normed.data(), last_rows, a.last_hidden.data(), S, c.dim, T,
                                 stream);
-    cuda::gemm_bf16_f32_out(d.cublas, a.last_hidden.data(), d.weights.output_matrix(),
-                            a.logits.data(), S, c.dim, c.vocab_size, stream);
+    enqueue_logits(c, d, S);
 }
 
 }  // namespace

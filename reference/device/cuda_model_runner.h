@@ -8,15 +8,18 @@
 //           only: the PagedKvCache is created with KvStorage::kDevice), and
 //           the plan step that flattens a step into integer arrays
 //           (device_step_plan.h);
-//   device: the bf16 weights (cuda_weights.h), the KV block pool (one key and
+//   device: the weights (cuda_weights.h: bf16, or with --gpu-weights native
+//           the file's Q4_0/Q4_1/Q8_0 blocks), the KV block pool (one key and
 //           one value pool per layer, rows indexed exactly as the host
 //           allocator's block ids say), the activations, and sampling. Only
 //           the plan goes down and only token ids come back.
 // One layer on the device, for the step's T tokens:
-//   add_rmsnorm (residual += last sub-block's output; fused)  → q, k, v (cuBLAS)
+//   add_rmsnorm (residual += last sub-block's output; fused)  → q, k, v (a
+//   projection: cuBLAS on bf16 weights; on native ones the quantized GEMV
+//   up to 8 tokens, dequantize + cuBLAS beyond)
 //   → RoPE → KV append into the pool → attention (FlashAttention-style over
 //   the pool for prefill chunks; split-K GQA decode for decode-only steps)
-//   → wo (cuBLAS) → add_rmsnorm → gate, up (cuBLAS) → SiLU·up → down (cuBLAS)
+//   → wo → add_rmsnorm → gate, up → SiLU·up → down (each a projection)
 // Decode-only steps run as CUDA graphs, one per batch-size bucket (1, 2, 4,
 // … 256 sequences, padded): a decode step is 15 kernels per layer, each a
 // few microseconds, and launching them one by one from the host would cost
@@ -28,6 +31,7 @@
 #include <span>
 #include <vector>
 
+#include "reference/device/gpu_weights.h"
 #include "reference/engine/step_runner.h"
 #include "reference/model/model_config.h"
 #include "reference/model/model_weights.h"
@@ -40,6 +44,14 @@ struct CudaRunnerOptions {
     int64_t max_tokens_per_step = 2048;  // activation buffers; larger steps grow them
     bool cuda_graphs = true;
     int64_t max_graph_batch = 256;  // decode steps with more sequences run without a graph
+    // --gpu-weights: native keeps Q4_0/Q4_1/Q8_0 projections as blocks
+    // (quantized GEMV up to 8 tokens, dequantize + cuBLAS beyond); bf16 is
+    // the first GPU path, every projection through cuBLAS.
+    GpuWeights weights = GpuWeights::kNative;
+    // Prefill attention on the tensor cores (paged_prefill_attention_mma.h)
+    // where the head width is one it takes (64, 128); false forces the
+    // scalar kernel (paged_prefill_attention.h), to compare the two.
+    bool tensor_core_prefill = true;
 };
 
 // Blocks of a bf16 device pool that fit `budget_bytes` (at least 1).

@@ -13,8 +13,9 @@
 namespace servelab {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) {
-    return (a + b - 1) / b;
+// `slots` rounded up to a whole number of blocks of `block_size` slots.
+int64_t rounded_up_to_blocks(int64_t slots, int64_t block_size) {
+    return (slots + block_size - 1) / block_size * block_size;
 }
 
 struct Running {
@@ -86,7 +87,7 @@ class Simulator {
     int64_t reservation(const TraceRequest& r) const {
         if (policy_ == ReservationPolicy::kStaticMax) return options_.max_seq_len;
         if (policy_ == ReservationPolicy::kStaticExact) return r.prompt_tokens + r.output_tokens;
-        return ceil_div(r.prompt_tokens + 1, options_.block_size) * options_.block_size;
+        return rounded_up_to_blocks(r.prompt_tokens + 1, options_.block_size);
     }
 
     void check_fits(const TraceRequest& r) const {
@@ -102,7 +103,7 @@ class Simulator {
         int64_t needed = final_length;  // static-exact
         if (policy_ == ReservationPolicy::kStaticMax) needed = options_.max_seq_len;
         if (policy_ == ReservationPolicy::kPaged) {
-            needed = ceil_div(final_length, options_.block_size) * options_.block_size;
+            needed = rounded_up_to_blocks(final_length, options_.block_size);
         }
         if (needed > pool_slots) {
             throw Error(fmt::format("kv-sim: request {} needs {} KV slots, more than the pool's {}",

@@ -25,7 +25,6 @@
 namespace servelab {
 namespace {
 
-constexpr uint64_t kDefaultAlignment = 32;
 constexpr std::string_view kAlignmentKey = "general.alignment";
 
 // The smallest possible encoding of one metadata entry (8-byte key length, an
@@ -315,7 +314,7 @@ uint64_t alignment_from_metadata(const std::vector<std::pair<std::string, GgufVa
         }
         return value.as_uint;
     }
-    return kDefaultAlignment;
+    return kGgufDefaultAlignment;
 }
 
 // Reads one tensor info and checks everything that does not depend on the

@@ -32,4 +32,8 @@ enum class GgufValueType : uint32_t {
 
 std::string_view gguf_value_type_name(GgufValueType type);
 
+// Where tensor data starts and each tensor is placed, in bytes, when the file
+// has no "general.alignment" key (the spec's default).
+inline constexpr uint64_t kGgufDefaultAlignment = 32;
+
 }  // namespace servelab

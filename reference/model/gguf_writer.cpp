@@ -19,8 +19,6 @@
 namespace servelab {
 namespace {
 
-constexpr uint64_t kDefaultAlignment = 32;
-
 // Appends little-endian values to a byte buffer.
 class ByteSink {
   public:
@@ -342,7 +340,7 @@ std::vector<uint8_t> GgufWriter::header_bytes() const {
     const bool has_alignment_key =
         std::any_of(metadata_.begin(), metadata_.end(),
                     [](const auto& entry) { return entry.first == "general.alignment"; });
-    const bool add_alignment_key = alignment_ != kDefaultAlignment && !has_alignment_key;
+    const bool add_alignment_key = alignment_ != kGgufDefaultAlignment && !has_alignment_key;
 
     ByteSink out;
     // Header.

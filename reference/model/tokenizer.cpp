@@ -64,12 +64,6 @@ std::array<int16_t, kAlphabetEnd> make_char_to_byte(const std::array<uint32_t, 2
 
 constexpr TokenId kNoToken = -1;
 
-// A merge rule joins two adjacent symbols (known by their token ids) into one.
-struct MergeRule {
-    int32_t rank;    // position in tokenizer.ggml.merges: lower merges first
-    TokenId result;  // the token of the joined text
-};
-
 uint64_t pair_key(TokenId left, TokenId right) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
            static_cast<uint32_t>(right);
@@ -93,6 +87,12 @@ struct Fragment {
 // ---------------------------------------------------------------- state
 
 struct Tokenizer::Impl {
+    // A merge rule joins two adjacent symbols (known by their token ids) into one.
+    struct MergeRule {
+        int32_t rank;    // position in tokenizer.ggml.merges: lower merges first
+        TokenId result;  // the token of the joined text
+    };
+
     std::vector<std::string> texts;                // token id -> text as stored in the GGUF
     std::vector<TokenType> types;                  // token id -> type
     std::vector<std::string> bytes;                // token id -> decoded bytes (normal tokens only)

@@ -185,4 +185,9 @@ const float* WeightMatrix::floats() const {
     return values_.data();
 }
 
+const std::vector<uint8_t>& WeightMatrix::blocks() const {
+    if (type_ == GgmlType::kF32) throw Error("weight matrix: held as fp32 values, not blocks");
+    return blocks_;
+}
+
 }  // namespace servelab

@@ -72,6 +72,10 @@ class WeightMatrix {
     void rows_as_floats(int64_t first, int64_t count, float* out) const;
     // The fp32 values; throws unless the matrix is held as fp32.
     const float* floats() const;
+    // The GGUF blocks as the file stores them, rows × row_size_bytes(type(),
+    // cols()) bytes; throws when the matrix is held as fp32. For a device
+    // that keeps the blocks (reference/device/cuda_weights.h).
+    const std::vector<uint8_t>& blocks() const;
     // Every value as fp32 (a copy; for devices and tests).
     std::vector<float> to_floats() const;
 

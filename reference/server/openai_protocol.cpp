@@ -15,60 +15,51 @@
 namespace servelab {
 namespace {
 
-[[noreturn]] void refuse(const std::string& param, const std::string& message) {
-    throw ApiException(ApiError{400, "invalid_request_error", message, param, ""});
-}
-
-const nlohmann::json* field(const nlohmann::json& body, const char* name) {
-    const auto it = body.find(name);
-    if (it == body.end() || it->is_null()) return nullptr;
-    return &*it;
-}
-
 double number(const nlohmann::json& body, const char* name, double fallback, double low,
               double high) {
-    const nlohmann::json* value = field(body, name);
+    const nlohmann::json* value = request_field(body, name);
     if (value == nullptr) return fallback;
-    if (!value->is_number()) refuse(name, fmt::format("'{}' must be a number", name));
+    if (!value->is_number()) refuse_field(name, fmt::format("'{}' must be a number", name));
     const double x = value->get<double>();
     if (!(x >= low && x <= high)) {
-        refuse(name, fmt::format("'{}' must be in [{}, {}], got {}", name, low, high, x));
+        refuse_field(name, fmt::format("'{}' must be in [{}, {}], got {}", name, low, high, x));
     }
     return x;
 }
 
 int64_t integer(const nlohmann::json& body, const char* name, int64_t fallback, int64_t low,
                 int64_t high) {
-    const nlohmann::json* value = field(body, name);
+    const nlohmann::json* value = request_field(body, name);
     if (value == nullptr) return fallback;
-    if (!value->is_number_integer()) refuse(name, fmt::format("'{}' must be an integer", name));
+    if (!value->is_number_integer())
+        refuse_field(name, fmt::format("'{}' must be an integer", name));
     const int64_t x = value->is_number_unsigned() && value->get<uint64_t>() > uint64_t(INT64_MAX)
                           ? INT64_MAX
                           : value->get<int64_t>();
     if (x < low || x > high) {
-        refuse(name, fmt::format("'{}' must be in [{}, {}], got {}", name, low, high, x));
+        refuse_field(name, fmt::format("'{}' must be in [{}, {}], got {}", name, low, high, x));
     }
     return x;
 }
 
 bool boolean(const nlohmann::json& body, const char* name) {
-    const nlohmann::json* value = field(body, name);
+    const nlohmann::json* value = request_field(body, name);
     if (value == nullptr) return false;
-    if (!value->is_boolean()) refuse(name, fmt::format("'{}' must be true or false", name));
+    if (!value->is_boolean()) refuse_field(name, fmt::format("'{}' must be true or false", name));
     return value->get<bool>();
 }
 
 std::vector<std::string> stop_strings(const nlohmann::json& body) {
-    const nlohmann::json* value = field(body, "stop");
+    const nlohmann::json* value = request_field(body, "stop");
     if (value == nullptr) return {};
     if (value->is_string()) return {value->get<std::string>()};
     if (!value->is_array() || value->size() > 4) {
-        refuse("stop", "'stop' must be a string or a list of at most 4 strings");
+        refuse_field("stop", "'stop' must be a string or a list of at most 4 strings");
     }
     std::vector<std::string> stops;
     for (const nlohmann::json& item : *value) {
         if (!item.is_string() || item.get<std::string>().empty()) {
-            refuse("stop", "'stop' must hold non-empty strings");
+            refuse_field("stop", "'stop' must hold non-empty strings");
         }
         stops.push_back(item.get<std::string>());
     }
@@ -77,25 +68,26 @@ std::vector<std::string> stop_strings(const nlohmann::json& body) {
 
 void completion_prompt(const nlohmann::json& body, const ProtocolLimits& limits,
                        ApiRequest& request) {
-    const nlohmann::json* value = field(body, "prompt");
-    if (value == nullptr) refuse("prompt", "'prompt' is required");
+    const nlohmann::json* value = request_field(body, "prompt");
+    if (value == nullptr) refuse_field("prompt", "'prompt' is required");
     if (value->is_string()) {
         request.prompt_text = value->get<std::string>();
-        if (request.prompt_text.empty()) refuse("prompt", "'prompt' is empty");
+        if (request.prompt_text.empty()) refuse_field("prompt", "'prompt' is empty");
         return;
     }
     if (value->is_array() && !value->empty() && (*value)[0].is_number_integer()) {
         for (const nlohmann::json& id : *value) {
             if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
                 id.get<int64_t>() >= limits.vocab_size) {
-                refuse("prompt",
-                       fmt::format("token ids must be integers in [0, {})", limits.vocab_size));
+                refuse_field("prompt", fmt::format("token ids must be integers in [0, {})",
+                                                   limits.vocab_size));
             }
             request.prompt_ids.push_back(TokenId(id.get<int64_t>()));
         }
         return;
     }
-    refuse("prompt", "'prompt' must be a string or a list of token ids (one prompt per request)");
+    refuse_field("prompt",
+                 "'prompt' must be a string or a list of token ids (one prompt per request)");
 }
 
 // The fields the engine cannot honour: the one list. Each is refused with a
@@ -125,12 +117,12 @@ bool asks_for_what_is_done_anyway(std::string_view name, const nlohmann::json& v
 
 void refuse_unsupported(const nlohmann::json& body) {
     for (const std::string_view name : kRefusedFields) {
-        const nlohmann::json* value = field(body, std::string(name).c_str());
+        const nlohmann::json* value = request_field(body, std::string(name).c_str());
         if (value == nullptr) continue;
         std::string hint;
         if (asks_for_what_is_done_anyway(name, *value, hint)) continue;
-        refuse(std::string(name),
-               fmt::format("'{}' is not supported by this server{}", name, hint));
+        refuse_field(std::string(name),
+                     fmt::format("'{}' is not supported by this server{}", name, hint));
     }
 }
 
@@ -160,19 +152,20 @@ std::vector<std::string_view> known_fields(bool chat) {
 
 // vLLM's extension: generation also ends at these ids (not before min_tokens).
 std::vector<TokenId> stop_token_ids(const nlohmann::json& body, const ProtocolLimits& limits) {
-    const nlohmann::json* value = field(body, "stop_token_ids");
+    const nlohmann::json* value = request_field(body, "stop_token_ids");
     if (value == nullptr) return {};
     if (!value->is_array() || value->size() > kMaxStopTokenIds) {
-        refuse("stop_token_ids",
-               fmt::format("'stop_token_ids' must be a list of at most {} token ids",
-                           kMaxStopTokenIds));
+        refuse_field("stop_token_ids",
+                     fmt::format("'stop_token_ids' must be a list of at most {} token ids",
+                                 kMaxStopTokenIds));
     }
     std::vector<TokenId> ids;
     for (const nlohmann::json& id : *value) {
         if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
             id.get<int64_t>() >= limits.vocab_size) {
-            refuse("stop_token_ids", fmt::format("'stop_token_ids' must hold token ids in [0, {})",
-                                                 limits.vocab_size));
+            refuse_field(
+                "stop_token_ids",
+                fmt::format("'stop_token_ids' must hold token ids in [0, {})", limits.vocab_size));
         }
         ids.push_back(TokenId(id.get<int64_t>()));
     }
@@ -185,9 +178,9 @@ std::vector<TokenId> stop_token_ids(const nlohmann::json& body, const ProtocolLi
 int32_t request_priority(const nlohmann::json& body, const ProtocolLimits& limits) {
     const int32_t priority = int32_t(integer(body, "priority", 0, INT32_MIN, INT32_MAX));
     if (priority != 0 && !limits.priority_scheduling) {
-        refuse("priority",
-               "'priority' needs a server started with --policy priority (this one schedules "
-               "without priorities)");
+        refuse_field("priority",
+                     "'priority' needs a server started with --policy priority (this one schedules "
+                     "without priorities)");
     }
     return priority;
 }
@@ -197,15 +190,15 @@ int32_t request_priority(const nlohmann::json& body, const ProtocolLimits& limit
 // legacy API): "logprobs": k, the chosen token's plus k alternatives.
 int32_t requested_logprobs(const nlohmann::json& body, bool chat) {
     if (!chat) {
-        if (field(body, "top_logprobs") != nullptr) {
-            refuse("top_logprobs",
-                   "'top_logprobs' is a chat field; completions take 'logprobs': k");
+        if (request_field(body, "top_logprobs") != nullptr) {
+            refuse_field("top_logprobs",
+                         "'top_logprobs' is a chat field; completions take 'logprobs': k");
         }
         return int32_t(integer(body, "logprobs", -1, 0, kMaxTopLogprobs));
     }
     const bool wanted = boolean(body, "logprobs");
-    if (field(body, "top_logprobs") != nullptr && !wanted) {
-        refuse("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (request_field(body, "top_logprobs") != nullptr && !wanted) {
+        refuse_field("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     }
     if (!wanted) return -1;
     return int32_t(integer(body, "top_logprobs", 0, 0, kMaxTopLogprobs));
@@ -215,10 +208,11 @@ int32_t requested_logprobs(const nlohmann::json& body, bool chat) {
 // strings), biases in [-100, 100]; at most 300 entries, as OpenAI allows.
 std::vector<std::pair<TokenId, float>> logit_bias(const nlohmann::json& body,
                                                   const ProtocolLimits& limits) {
-    const nlohmann::json* value = field(body, "logit_bias");
+    const nlohmann::json* value = request_field(body, "logit_bias");
     if (value == nullptr) return {};
     if (!value->is_object() || value->size() > 300) {
-        refuse("logit_bias", "'logit_bias' must be an object of at most 300 {\"token id\": bias}");
+        refuse_field("logit_bias",
+                     "'logit_bias' must be an object of at most 300 {\"token id\": bias}");
     }
     std::vector<std::pair<TokenId, float>> biases;
     for (const auto& [key, bias] : value->items()) {
@@ -226,14 +220,15 @@ std::vector<std::pair<TokenId, float>> logit_bias(const nlohmann::json& body,
         const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
         if (key.empty() || ec != std::errc() || end != key.data() + key.size() || id < 0 ||
             id >= limits.vocab_size) {
-            refuse("logit_bias", fmt::format("'logit_bias' keys must be token ids in [0, {}), got "
-                                             "'{}'",
-                                             limits.vocab_size, key.substr(0, 32)));
+            refuse_field("logit_bias",
+                         fmt::format("'logit_bias' keys must be token ids in [0, {}), got "
+                                     "'{}'",
+                                     limits.vocab_size, key.substr(0, 32)));
         }
         if (!bias.is_number() || !(bias.get<double>() >= -100.0 && bias.get<double>() <= 100.0)) {
-            refuse("logit_bias", fmt::format("'logit_bias' for token {} must be a number in "
-                                             "[-100, 100]",
-                                             id));
+            refuse_field("logit_bias", fmt::format("'logit_bias' for token {} must be a number in "
+                                                   "[-100, 100]",
+                                                   id));
         }
         biases.emplace_back(TokenId(id), float(bias.get<double>()));
     }
@@ -241,6 +236,10 @@ std::vector<std::pair<TokenId, float>> logit_bias(const nlohmann::json& body,
 }
 
 }  // namespace
+
+void refuse_field(const std::string& param, const std::string& message) {
+    throw ApiException(ApiError{400, "invalid_request_error", message, param, ""});
+}
 
 nlohmann::json error_body(const ApiError& error) {
     return {
@@ -253,9 +252,9 @@ nlohmann::json error_body(const ApiError& error) {
 
 std::string requested_model(const nlohmann::json& body,
                             const std::vector<std::string>& served_model_names) {
-    if (!body.is_object()) refuse("", "the request body must be a JSON object");
-    const nlohmann::json* model = field(body, "model");
-    if (model == nullptr || !model->is_string()) refuse("model", "'model' must be a string");
+    if (!body.is_object()) refuse_field("", "the request body must be a JSON object");
+    const nlohmann::json* model = request_field(body, "model");
+    if (model == nullptr || !model->is_string()) refuse_field("model", "'model' must be a string");
     const std::string name = model->get<std::string>();
     for (const std::string& served : served_model_names) {
         if (name == served) return name;
@@ -298,7 +297,7 @@ ApiRequest parse_api_request(const nlohmann::ordered_json& ordered_body, bool ch
     SamplingParams& p = request.params;
     p.temperature = float(number(body, "temperature", 1.0, 0.0, 2.0));
     p.top_p = float(number(body, "top_p", 1.0, 0.0, 1.0));
-    if (p.top_p == 0.0f) refuse("top_p", "'top_p' must be greater than 0");
+    if (p.top_p == 0.0f) refuse_field("top_p", "'top_p' must be greater than 0");
     // Any top_k <= 0 is off: vLLM's -1, and OpenAI-style clients' 0.
     p.top_k =
         int32_t(std::max<int64_t>(0, integer(body, "top_k", 0, INT32_MIN, limits.vocab_size)));
@@ -309,13 +308,13 @@ ApiRequest parse_api_request(const nlohmann::ordered_json& ordered_body, bool ch
     p.logit_bias = logit_bias(body, limits);
     p.logprobs = requested_logprobs(body, chat);
     p.seed = uint64_t(integer(body, "seed", 0, INT64_MIN, INT64_MAX));
-    request.seed_given = field(body, "seed") != nullptr;
+    request.seed_given = request_field(body, "seed") != nullptr;
     const int64_t default_max = chat ? limits.context_length : limits.default_max_tokens;
     int64_t max_tokens = integer(body, "max_tokens", default_max, 1, limits.context_length);
     max_tokens = integer(body, "max_completion_tokens", max_tokens, 1, limits.context_length);
     p.max_tokens = int32_t(max_tokens);
-    request.max_tokens_given =
-        field(body, "max_tokens") != nullptr || field(body, "max_completion_tokens") != nullptr;
+    request.max_tokens_given = request_field(body, "max_tokens") != nullptr ||
+                               request_field(body, "max_completion_tokens") != nullptr;
     p.stop_strings = stop_strings(body);
     p.stop_token_ids = stop_token_ids(body, limits);
     // An extension vLLM and llama.cpp share: benchmarks fix the output length.
@@ -324,21 +323,22 @@ ApiRequest parse_api_request(const nlohmann::ordered_json& ordered_body, bool ch
     request.n = int32_t(integer(body, "n", 1, 1, limits.max_n));
     request.priority = request_priority(body, limits);
     request.stream = boolean(body, "stream");
-    if (const nlohmann::json* options = field(body, "stream_options")) {
-        if (!options->is_object()) refuse("stream_options", "'stream_options' must be an object");
+    if (const nlohmann::json* options = request_field(body, "stream_options")) {
+        if (!options->is_object())
+            refuse_field("stream_options", "'stream_options' must be an object");
         request.include_usage = boolean(*options, "include_usage");
     }
     // An extension vLLM also has: the prompt's and each choice's token ids,
     // for checking what a server computed against an offline run.
     request.return_token_ids = boolean(body, "return_token_ids");
     if (request.return_token_ids && request.stream) {
-        refuse("return_token_ids", "'return_token_ids' is supported only without 'stream'");
+        refuse_field("return_token_ids", "'return_token_ids' is supported only without 'stream'");
     }
     request.constraint = parse_constraint(ordered_body);
     try {
         p.validate();
     } catch (const Error& e) {
-        refuse("", e.what());
+        refuse_field("", e.what());
     }
     request.ignored_fields = unknown_fields(body, known_fields(chat));
     return request;

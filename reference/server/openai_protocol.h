@@ -61,6 +61,21 @@ class ApiException : public Error {
 
 nlohmann::json error_body(const ApiError& error);
 
+// Throws ApiException: 400, invalid_request_error, naming `param` (the
+// field at fault, a dotted path for a nested one). Every request parser of
+// the server refuses through this one door.
+[[noreturn]] void refuse_field(const std::string& param, const std::string& message);
+
+// The member `name` of a request object, or nullptr when it is absent or
+// null (a client's way of leaving a field out). For nlohmann::json and
+// ordered_json alike.
+template <class Json>
+const Json* request_field(const Json& object, const char* name) {
+    const auto it = object.find(name);
+    if (it == object.end() || it->is_null()) return nullptr;
+    return &*it;
+}
+
 struct ProtocolLimits {
     std::string model_name;           // what /v1/models lists; requests must name it
     int64_t context_length = 0;       // prompt + max_tokens must fit

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "reference/common/json_string_skipper.h"
 #include "reference/server/openai_protocol.h"
 
 namespace servelab {
@@ -17,23 +18,11 @@ namespace {
 void check_shape(std::string_view body, const JsonLimits& limits) {
     int depth = 0;
     int64_t elements = 0;
-    bool in_string = false;
-    bool escaped = false;
+    JsonStringSkipper strings;
     for (const char c : body) {
         if (c == '\0') refuse("the request body holds a NUL byte");
-        if (in_string) {
-            if (escaped) {
-                escaped = false;
-            } else if (c == '\\') {
-                escaped = true;
-            } else if (c == '"') {
-                in_string = false;
-            }
-            continue;
-        }
-        if (c == '"') {
-            in_string = true;
-        } else if (c == '[' || c == '{') {
+        if (strings.in_string(c)) continue;
+        if (c == '[' || c == '{') {
             if (++depth > limits.max_depth) {
                 refuse(
                     fmt::format("the request body nests arrays and objects more than {} "

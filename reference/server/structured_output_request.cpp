@@ -13,16 +13,6 @@
 namespace servelab {
 namespace {
 
-[[noreturn]] void refuse(const std::string& param, const std::string& message) {
-    throw ApiException(ApiError{400, "invalid_request_error", message, param, ""});
-}
-
-const nlohmann::ordered_json* field(const nlohmann::ordered_json& body, const char* name) {
-    const auto it = body.find(name);
-    if (it == body.end() || it->is_null()) return nullptr;
-    return &*it;
-}
-
 // A schema given as an object, or (vLLM accepts both) as JSON text.
 std::string schema_text(const nlohmann::ordered_json& schema, const std::string& param) {
     if (schema.is_object() || schema.is_boolean()) return schema.dump();
@@ -31,12 +21,12 @@ std::string schema_text(const nlohmann::ordered_json& schema, const std::string&
             nlohmann::ordered_json::parse(schema.get<std::string>(), nullptr, false);
         if (parsed.is_object() || parsed.is_boolean()) return parsed.dump();
     }
-    refuse(param, fmt::format("'{}' must be a JSON schema (an object)", param));
+    refuse_field(param, fmt::format("'{}' must be a JSON schema (an object)", param));
 }
 
 ConstraintSpec from_response_format(const nlohmann::ordered_json& format) {
     if (!format.is_object() || !format.contains("type") || !format["type"].is_string()) {
-        refuse("response_format", "'response_format' must be an object with a 'type'");
+        refuse_field("response_format", "'response_format' must be an object with a 'type'");
     }
     const std::string type = format["type"].get<std::string>();
     ConstraintSpec spec;
@@ -47,20 +37,20 @@ ConstraintSpec from_response_format(const nlohmann::ordered_json& format) {
         return spec;
     }
     if (type != "json_schema") {
-        refuse("response_format.type", fmt::format("response_format type '{}' is not one of "
-                                                   "text, json_object, json_schema",
-                                                   type.substr(0, 40)));
+        refuse_field("response_format.type", fmt::format("response_format type '{}' is not one of "
+                                                         "text, json_object, json_schema",
+                                                         type.substr(0, 40)));
     }
-    const nlohmann::ordered_json* wrapper = field(format, "json_schema");
+    const nlohmann::ordered_json* wrapper = request_field(format, "json_schema");
     if (wrapper == nullptr || !wrapper->is_object() || !wrapper->contains("schema")) {
-        refuse(
+        refuse_field(
             "response_format.json_schema",
             "response_format json_schema needs 'json_schema': {\"name\": ..., \"schema\": {...}}");
     }
     const nlohmann::ordered_json& schema = (*wrapper)["schema"];
-    const nlohmann::ordered_json* strict = field(*wrapper, "strict");
+    const nlohmann::ordered_json* strict = request_field(*wrapper, "strict");
     if (strict != nullptr && !strict->is_boolean()) {
-        refuse("response_format.json_schema.strict", "'strict' must be true or false");
+        refuse_field("response_format.json_schema.strict", "'strict' must be true or false");
     }
     if (strict != nullptr && strict->get<bool>()) check_strict_schema(schema);
     spec.kind = ConstraintSpec::Kind::kJsonSchema;
@@ -71,17 +61,17 @@ ConstraintSpec from_response_format(const nlohmann::ordered_json& format) {
 
 std::string string_field(const nlohmann::ordered_json& value, const std::string& param) {
     if (!value.is_string() || value.get<std::string>().empty()) {
-        refuse(param, fmt::format("'{}' must be a non-empty string", param));
+        refuse_field(param, fmt::format("'{}' must be a non-empty string", param));
     }
     return value.get<std::string>();
 }
 
 std::vector<std::string> choices(const nlohmann::ordered_json& value, const std::string& param) {
     if (!value.is_array() || value.empty())
-        refuse(param, fmt::format("'{}' must be a non-empty list of strings", param));
+        refuse_field(param, fmt::format("'{}' must be a non-empty list of strings", param));
     std::vector<std::string> out;
     for (const nlohmann::ordered_json& choice : value) {
-        if (!choice.is_string()) refuse(param, fmt::format("'{}' must hold strings", param));
+        if (!choice.is_string()) refuse_field(param, fmt::format("'{}' must hold strings", param));
         out.push_back(choice.get<std::string>());
     }
     return out;
@@ -90,7 +80,7 @@ std::vector<std::string> choices(const nlohmann::ordered_json& value, const std:
 // vLLM's structured_outputs: exactly one of its keys.
 ConstraintSpec from_structured_outputs(const nlohmann::ordered_json& options) {
     if (!options.is_object())
-        refuse("structured_outputs", "'structured_outputs' must be an object");
+        refuse_field("structured_outputs", "'structured_outputs' must be an object");
     std::vector<ConstraintSpec> found;
     for (const auto& [key, value] : options.items()) {
         if (value.is_null()) continue;
@@ -110,19 +100,20 @@ ConstraintSpec from_structured_outputs(const nlohmann::ordered_json& options) {
             spec.text = string_field(value, spec.param);
         } else if (key == "json_object") {
             if (!value.is_boolean())
-                refuse(spec.param, "'structured_outputs.json_object' must be true or false");
+                refuse_field(spec.param, "'structured_outputs.json_object' must be true or false");
             if (!value.get<bool>()) continue;
             spec.kind = ConstraintSpec::Kind::kJsonObject;
         } else {
-            refuse(spec.param, fmt::format("structured_outputs '{}' is not supported (json, regex, "
-                                           "choice, grammar, json_object)",
-                                           key.substr(0, 40)));
+            refuse_field(spec.param,
+                         fmt::format("structured_outputs '{}' is not supported (json, regex, "
+                                     "choice, grammar, json_object)",
+                                     key.substr(0, 40)));
         }
         found.push_back(std::move(spec));
     }
     if (found.size() > 1) {
-        refuse("structured_outputs",
-               "'structured_outputs' takes one of json, regex, choice, grammar, json_object");
+        refuse_field("structured_outputs",
+                     "'structured_outputs' takes one of json, regex, choice, grammar, json_object");
     }
     return found.empty() ? ConstraintSpec{} : found.front();
 }
@@ -143,18 +134,19 @@ void check_strict_schema(const nlohmann::ordered_json& schema) {
                 node->value("required", nlohmann::ordered_json::array());
             for (const auto& [name, sub] : properties.items()) {
                 if (std::find(required.begin(), required.end(), name) == required.end()) {
-                    refuse("response_format.json_schema.schema",
-                           fmt::format("strict schemas must list every property in 'required': "
-                                       "'{}' is missing at {}",
-                                       name.substr(0, 40), path));
+                    refuse_field(
+                        "response_format.json_schema.schema",
+                        fmt::format("strict schemas must list every property in 'required': "
+                                    "'{}' is missing at {}",
+                                    name.substr(0, 40), path));
                 }
                 pending.push_back({&sub, path + ".properties." + name});
             }
             if (node->value("additionalProperties", nlohmann::ordered_json(true)) != false) {
-                refuse("response_format.json_schema.schema",
-                       fmt::format("strict schemas must set 'additionalProperties': false on "
-                                   "every object ({})",
-                                   path));
+                refuse_field("response_format.json_schema.schema",
+                             fmt::format("strict schemas must set 'additionalProperties': false on "
+                                         "every object ({})",
+                                         path));
             }
         }
         for (const char* key : {"items", "anyOf", "$defs", "definitions", "prefixItems", "allOf"}) {
@@ -176,23 +168,24 @@ void check_strict_schema(const nlohmann::ordered_json& schema) {
 
 ConstraintSpec parse_constraint(const nlohmann::ordered_json& body) {
     std::vector<ConstraintSpec> found;
-    if (const nlohmann::ordered_json* format = field(body, "response_format")) {
+    if (const nlohmann::ordered_json* format = request_field(body, "response_format")) {
         ConstraintSpec spec = from_response_format(*format);
         if (!spec.empty()) found.push_back(std::move(spec));
     }
-    if (const nlohmann::ordered_json* options = field(body, "structured_outputs")) {
+    if (const nlohmann::ordered_json* options = request_field(body, "structured_outputs")) {
         ConstraintSpec spec = from_structured_outputs(*options);
         if (!spec.empty()) found.push_back(std::move(spec));
     }
     if (const nlohmann::ordered_json* schema =
-            field(body, "json_schema")) {  // llama.cpp's spelling
+            request_field(body, "json_schema")) {  // llama.cpp's spelling
         ConstraintSpec spec;
         spec.kind = ConstraintSpec::Kind::kJsonSchema;
         spec.param = "json_schema";
         spec.text = schema_text(*schema, spec.param);
         found.push_back(std::move(spec));
     }
-    if (const nlohmann::ordered_json* grammar = field(body, "grammar")) {  // llama.cpp's spelling
+    if (const nlohmann::ordered_json* grammar =
+            request_field(body, "grammar")) {  // llama.cpp's spelling
         ConstraintSpec spec;
         spec.kind = ConstraintSpec::Kind::kGbnf;
         spec.param = "grammar";
@@ -200,8 +193,9 @@ ConstraintSpec parse_constraint(const nlohmann::ordered_json& body) {
         found.push_back(std::move(spec));
     }
     if (found.size() > 1) {
-        refuse(found[1].param, fmt::format("'{}' and '{}' both constrain the output; send one",
-                                           found[0].param, found[1].param));
+        refuse_field(found[1].param,
+                     fmt::format("'{}' and '{}' both constrain the output; send one",
+                                 found[0].param, found[1].param));
     }
     return found.empty() ? ConstraintSpec{} : found.front();
 }

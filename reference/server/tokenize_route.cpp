@@ -12,10 +12,6 @@
 namespace servelab {
 namespace {
 
-[[noreturn]] void refuse(const std::string& param, const std::string& message) {
-    throw ApiException(ApiError{400, "invalid_request_error", message, param, ""});
-}
-
 void log_ignored(const char* path, const ModelRoute& route,
                  const std::vector<std::string>& ignored_fields) {
     if (ignored_fields.empty()) return;
@@ -25,10 +21,10 @@ void log_ignored(const char* path, const ModelRoute& route,
 std::vector<TokenId> tokenize_body(const nlohmann::json& body, const ModelRoute& route) {
     const bool chat = body.contains("messages");
     if (chat && body.contains("prompt")) {
-        refuse("prompt", "give 'prompt' or 'messages', not both");
+        refuse_field("prompt", "give 'prompt' or 'messages', not both");
     }
     if (!chat && !body.contains("prompt")) {
-        refuse("prompt", "'prompt' (a text or token ids) or 'messages' is required");
+        refuse_field("prompt", "'prompt' (a text or token ids) or 'messages' is required");
     }
     // Parsed as the generation route parses it (a conversation's
     // add_generation_prompt, tools and template variables included).
@@ -40,14 +36,14 @@ std::vector<TokenId> tokenize_body(const nlohmann::json& body, const ModelRoute&
 std::vector<TokenId> detokenize_body(const nlohmann::json& body, const ModelRoute& route) {
     const auto tokens = body.find("tokens");
     if (tokens == body.end() || !tokens->is_array()) {
-        refuse("tokens", "'tokens' must be a list of token ids");
+        refuse_field("tokens", "'tokens' must be a list of token ids");
     }
     std::vector<TokenId> ids;
     for (const nlohmann::json& id : *tokens) {
         if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
             id.get<int64_t>() >= route.limits.vocab_size) {
-            refuse("tokens",
-                   fmt::format("'tokens' must hold token ids in [0, {})", route.limits.vocab_size));
+            refuse_field("tokens", fmt::format("'tokens' must hold token ids in [0, {})",
+                                               route.limits.vocab_size));
         }
         ids.push_back(TokenId(id.get<int64_t>()));
     }

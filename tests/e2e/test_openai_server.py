@@ -21,7 +21,13 @@ Starts the server on a free port with a generated tiny model and checks:
   * every field docs/serving.md says is refused gets a 400 naming it, and
     fields the server does not know are named in one log line per request.
 The hostile-client cases are test_server_reliability.py's.
-Usage: test_openai_server.py --servelab build/release/servelab
+
+--threads-only runs the checks where the server's threads meet (the HTTP
+workers, the engine thread, streams handed between them, cancellation,
+the priority queue, SIGTERM's drain) and leaves out those that check one
+request's fields: what `make test` runs under ThreadSanitizer
+(tests/tsan/tests.cmake), whose slow label runs everything.
+Usage: test_openai_server.py --servelab build/release/servelab [--threads-only]
 """
 import argparse
 import concurrent.futures
@@ -411,17 +417,28 @@ def check_priority(servelab, model, fcfs_server):
         blocker = client.completions.create(model="tiny", prompt="hold", max_tokens=3000,
                                             stream=True, extra_body={"ignore_eos": True})
         next(iter(blocker))
-        finished = []
+        # Which request the freed slot goes to is told by which stream gets its first
+        # token first: with one slot, the other cannot start until the first is over, and
+        # each asks for 3000 tokens, so the order cannot come from how fast they run.
+        # (The order they finish in could: two short requests on a tiny model end within
+        # the same millisecond.)
+        first_token_order = []
+        stop = threading.Event()
 
-        def ask(priority):
-            client.completions.create(model="tiny", prompt=f"p{priority}", max_tokens=20,
-                                      temperature=0,
-                                      extra_body={"ignore_eos": True, "priority": priority})
-            finished.append(priority)
+        def stream(priority):
+            response = client.completions.create(
+                model="tiny", prompt=f"p{priority}", max_tokens=3000, temperature=0, stream=True,
+                extra_body={"ignore_eos": True, "priority": priority})
+            for i, _ in enumerate(response):
+                if i == 0:
+                    first_token_order.append(priority)
+                if stop.is_set():
+                    break
+            response.close()
 
         threads = []
         for waiting, priority in ((1, 10), (2, -10)):  # the urgent one is sent last
-            threads.append(threading.Thread(target=ask, args=(priority,)))
+            threads.append(threading.Thread(target=stream, args=(priority,)))
             threads[-1].start()
             for _ in range(200):
                 if server.metric("servelab_num_requests_waiting") >= waiting:
@@ -430,10 +447,16 @@ def check_priority(servelab, model, fcfs_server):
             else:
                 sys.exit(f"request of priority {priority} never queued")
         blocker.close()  # the client leaves: its slot frees, and the scheduler picks
+        for _ in range(500):
+            if first_token_order:
+                break
+            time.sleep(0.01)
+        stop.set()  # each stream leaves at its next token, which lets the other one run
         for thread in threads:
             thread.join(60)
-        assert finished == [-10, 10], ("under --policy priority, priority -10 should run "
-                                       "before 10 (sent first)", finished)
+        assert first_token_order == [-10, 10], (
+            "under --policy priority, priority -10 should run before 10 (sent first)",
+            first_token_order)
     finally:
         server.stop()
     print("  priority: 400 naming --policy priority without it; with it, -10 ran before an "
@@ -620,9 +643,60 @@ def check_bench_serve(server, servelab):
     print("  bench serve (text and ids prompts): ok")
 
 
+def check_per_request_fields(server, servelab, model):
+    check_errors(server)
+    check_special_tokens(server, servelab, model)
+    check_front_door(server, servelab, model)
+    check_speculative_serving(server, servelab, model)
+    check_penalties_and_bias(server, servelab, model)
+    check_logprobs(server)
+    check_fresh_seeds(server)
+    check_sampling_extensions(server)
+    check_tokenizer_routes(server)
+    check_cached_tokens(server)
+    check_refused_fields(server)
+    send_ignored_fields(server)
+
+
+def check_api_key(servelab, model):
+    keyed = Server(servelab, model, ["--api-key", "secret"])
+    try:
+        try:
+            keyed.client("wrong").models.list()
+            sys.exit("a wrong API key was accepted")
+        except openai.AuthenticationError:
+            pass
+        assert keyed.client("secret").models.list().data[0].id == "tiny"
+        status, body = post_json(keyed.url + "/tokenize", {"model": "tiny", "prompt": "a"})
+        assert status == 401 and "message" in body["error"], (status, body)
+        print("  API key (/v1/* and /tokenize): ok")
+    finally:
+        keyed.stop()
+
+
+def check_unchunked_budget(servelab, model):
+    # Without chunked prefill a prompt over the token budget could never be
+    # scheduled: a 400 that names the flag, and the server keeps serving.
+    unchunked = Server(servelab, model, ["--no-chunked-prefill", "--max-num-batched-tokens", "32"])
+    try:
+        client = unchunked.client()
+        try:
+            client.completions.create(model="tiny", prompt=" ".join(["word"] * 60), max_tokens=4)
+            sys.exit("a prompt over the token budget was accepted without chunked prefill")
+        except openai.BadRequestError as error:
+            assert "--max-num-batched-tokens" in str(error), error
+        short = client.completions.create(model="tiny", prompt="abc", max_tokens=4)
+        assert short.usage.completion_tokens >= 1
+        print("  --no-chunked-prefill: a prompt over the budget gets 400: ok")
+    finally:
+        unchunked.stop()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--servelab", required=True)
+    parser.add_argument("--threads-only", action="store_true",
+                        help="only the checks where the server's threads meet")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         model = os.path.join(folder, "tiny.gguf")
@@ -632,58 +706,22 @@ def main():
         server = Server(args.servelab, model)
         try:
             check_basics(server)
-            check_errors(server)
             check_concurrent(server, args.servelab, model)
             check_bench_serve(server, args.servelab)
             check_disconnect(server)
-            check_special_tokens(server, args.servelab, model)
             check_parallel_prompt_once(server)
-            check_front_door(server, args.servelab, model)
-            check_speculative_serving(server, args.servelab, model)
-            check_penalties_and_bias(server, args.servelab, model)
-            check_logprobs(server)
-            check_fresh_seeds(server)
-            check_sampling_extensions(server)
-            check_tokenizer_routes(server)
-            check_cached_tokens(server)
-            check_refused_fields(server)
-            send_ignored_fields(server)
+            if not args.threads_only:
+                check_per_request_fields(server, args.servelab, model)
             check_priority(args.servelab, model, server)
-            check_fuzz(server)
+            if not args.threads_only:
+                check_fuzz(server)
         finally:
             log = server.stop()
         print("  SIGTERM: drained and exited 0: ok")
-        check_ignored_fields_logged(log)
-        keyed = Server(args.servelab, model, ["--api-key", "secret"])
-        try:
-            try:
-                keyed.client("wrong").models.list()
-                sys.exit("a wrong API key was accepted")
-            except openai.AuthenticationError:
-                pass
-            assert keyed.client("secret").models.list().data[0].id == "tiny"
-            status, body = post_json(keyed.url + "/tokenize", {"model": "tiny", "prompt": "a"})
-            assert status == 401 and "message" in body["error"], (status, body)
-            print("  API key (/v1/* and /tokenize): ok")
-        finally:
-            keyed.stop()
-        # Without chunked prefill a prompt over the token budget could never be
-        # scheduled: a 400 that names the flag, and the server keeps serving.
-        unchunked = Server(args.servelab, model,
-                           ["--no-chunked-prefill", "--max-num-batched-tokens", "32"])
-        try:
-            client = unchunked.client()
-            try:
-                client.completions.create(model="tiny", prompt=" ".join(["word"] * 60),
-                                          max_tokens=4)
-                sys.exit("a prompt over the token budget was accepted without chunked prefill")
-            except openai.BadRequestError as error:
-                assert "--max-num-batched-tokens" in str(error), error
-            short = client.completions.create(model="tiny", prompt="abc", max_tokens=4)
-            assert short.usage.completion_tokens >= 1
-            print("  --no-chunked-prefill: a prompt over the budget gets 400: ok")
-        finally:
-            unchunked.stop()
+        if not args.threads_only:
+            check_ignored_fields_logged(log)
+            check_api_key(args.servelab, model)
+            check_unchunked_budget(args.servelab, model)
     print("PASS")
 
 

@@ -245,11 +245,11 @@ class DryRun(unittest.TestCase):
         done = run_script("--steps", "tests,kernels,e2e,peers-1b", env=self.env)
         self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
         summary = done.stdout.split("== summary", 1)[1]
-        for row in ("tests", "kernels", "e2e", "peers-1b-q4_1-write", "peers-1b-q4_1"):
+        for row in ("tests", "kernels", "e2e", "e2e-bf16", "peers-1b-q4_1-write", "peers-1b-q4_1"):
             self.assertRegex(summary, rf"\n{re.escape(row)}\s+ok", f"no ok row for {row}")
         self.assertIn("1 ok, 1 skipped", summary)
-        # The e2e step ran the fake once before (rate 100), so the peers' run got 101.
-        self.assertRegex(summary, r"1B Q4_1\s+decode-1\s+101\s+80\s+1\.26x")
+        # The e2e steps ran the fake twice before (native, bf16), so the peers' run got 102.
+        self.assertRegex(summary, r"1B Q4_1\s+decode-1\s+102\s+80\s+1\.2[78]x")
         self.assertEqual(list(self.scratch.glob("*.gguf")), [], "the shape's file was left behind")
         self.assertTrue((self.out / "peers" / "1b-q4_1.json").is_file())
 

@@ -17,8 +17,8 @@
 #
 # Label "tsan" (make test, a few minutes): the unit tests about threads, and
 # the server and the router end to end on tiny models. Label "tsan;slow"
-# (make test-all): every unit test, and the server's reliability suite and
-# two-model serving under the sanitizer.
+# (make test-all): every unit test, every check of the OpenAI client suite,
+# and the server's reliability suite and two-model serving under the sanitizer.
 set(servelab_tsan_run bash ${CMAKE_SOURCE_DIR}/tests/tsan/run_tsan.sh)
 set(servelab_tsan_threaded_tests ${SERVELAB_TSAN_DIR}/servelab_threaded_tests)
 set(servelab_tsan_tests ${SERVELAB_TSAN_DIR}/servelab_tests)
@@ -46,7 +46,13 @@ set_tests_properties(tsan_all_units PROPERTIES LABELS "tsan;slow" TIMEOUT 3600)
 # End to end: the same Python tests as the release tree's, on the sanitized CLI.
 if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
   set(servelab_e2e ${CMAKE_SOURCE_DIR}/tests/e2e)
+  # make test: the checks where the server's threads meet; make test-all:
+  # every check (the per-request fields too, which the release tree's
+  # serve_openai_client runs in make test).
   add_test(NAME tsan_serve_openai_client
+    COMMAND ${servelab_tsan_run} ${servelab_tsan_cli} ${SERVELAB_PYTHON}
+            ${servelab_e2e}/test_openai_server.py --servelab ${servelab_tsan_cli} --threads-only)
+  add_test(NAME tsan_serve_openai_client_all
     COMMAND ${servelab_tsan_run} ${servelab_tsan_cli} ${SERVELAB_PYTHON}
             ${servelab_e2e}/test_openai_server.py --servelab ${servelab_tsan_cli})
   add_test(NAME tsan_route_killed_backend
@@ -60,7 +66,7 @@ if(SERVELAB_PYTHON AND EXISTS "${SERVELAB_PYTHON}")
             ${servelab_e2e}/test_multi_model.py --servelab ${servelab_tsan_cli})
   set_tests_properties(tsan_serve_openai_client tsan_route_killed_backend PROPERTIES
     LABELS "tsan" TIMEOUT 900 SKIP_RETURN_CODE 77)
-  set_tests_properties(tsan_serve_reliability tsan_serve_multi_model PROPERTIES
+  set_tests_properties(tsan_serve_openai_client_all tsan_serve_reliability tsan_serve_multi_model PROPERTIES
     LABELS "tsan;slow" TIMEOUT 1800 SKIP_RETURN_CODE 77)
 endif()
 set_tests_properties(tsan_threaded_units tsan_all_units PROPERTIES

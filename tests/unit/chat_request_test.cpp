@@ -304,7 +304,7 @@ TEST_F(ChatFrontDoor, ChoicesThatRequireCallsAreForcedByAGrammar) {
 TEST_F(ChatFrontDoor, ToolsWithoutAToolCallFormatAreDescribedInTheSystemMessage) {
     const ApiRequest request =
         parse_api_request(chat_body(std::string(R"("tools": [)") + kWeather + "]"), true, kLimits);
-    for (const std::string chat_template :
+    for (const std::string& chat_template :
          {std::string(""), std::string("{% for m in messages %}{{ m.content }}{% endfor %}")}) {
         const Model model = model_with(chat_template);
         const RequestBuilder builder(model);

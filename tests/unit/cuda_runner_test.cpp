@@ -29,6 +29,7 @@
 #include "kernels/common/error.h"
 #include "kernels/cuda/device_info.h"
 #include "reference/device/cuda_model_runner.h"
+#include "reference/device/cuda_weights.h"
 #include "reference/engine/engine.h"
 #include "reference/kv/kv_block_manager.h"
 #include "reference/model/model.h"
@@ -142,6 +143,67 @@ class CudaRunner : public test::CudaTest {
         return agreed;
     }
 
+    // The CUDA runner's logits against `cpu`'s over batches of prefill chunks
+    // and decode steps, with CUDA graphs and without: per row,
+    // ||gpu - cpu|| <= tolerance ||cpu||. `base` gives the runner's other options.
+    void expect_logits_match(ModelRunner& cpu, CudaRunnerOptions base, double tolerance) {
+        const ModelConfig& c = model_->config;
+        for (bool graphs : {true, false}) {
+            SCOPED_TRACE(graphs ? "with CUDA graphs" : "without CUDA graphs");
+            const int64_t num_blocks = 64, block_size = 7;  // 7: chunks end mid-block
+            CudaRunnerOptions options = base;
+            options.num_kv_blocks = num_blocks;
+            options.block_size = block_size;
+            options.max_tokens_per_step = 32;
+            options.cuda_graphs = graphs;
+            CudaModelRunner gpu(c, model_->weights, options);
+            PagedKvCache cpu_pool(c, num_blocks, block_size);
+            PagedKvCache gpu_pool(c, num_blocks, block_size, KvStorage::kDevice);
+            // One set of block tables for both pools: block ids mean the same rows.
+            KvBlockManager kv(cpu_pool, /*enable_prefix_caching=*/false);
+            std::vector<std::vector<TokenId>> sequences = {random_prompt(40), random_prompt(5),
+                                                           random_prompt(1)};
+            std::vector<PagedSequence> seqs;
+            for (size_t s = 0; s < sequences.size(); ++s) seqs.push_back(kv.start(sequences[s]));
+
+            // Each step: per sequence, how many of its uncomputed tokens to run.
+            // Step 0: prefill chunks; step 1: the rest of a prompt beside a
+            // decode token; then decode-only steps (a graph's bucket of 4 for 3).
+            const std::vector<std::vector<int64_t>> schedule = {{25, 5, 1}, {15, 1, 1}, {1, 1, 1},
+                                                                {1, 1, 1},  {1, 1, 1},  {1, 1, 1}};
+            for (size_t step = 0; step < schedule.size(); ++step) {
+                std::vector<SequenceChunk> chunks;
+                for (size_t s = 0; s < seqs.size(); ++s) {
+                    const int64_t start = seqs[s].num_computed_tokens;
+                    const int64_t count = schedule[step][s];
+                    if (start + count > int64_t(sequences[s].size())) {
+                        sequences[s].push_back(TokenId(random_.integer(0, c.vocab_size - 1)));
+                    }
+                    ASSERT_TRUE(kv.reserve(seqs[s], count));
+                    chunks.push_back(
+                        {StepInput{std::span(sequences[s]).subspan(size_t(start), size_t(count)),
+                                   start},
+                         &seqs[s].table});
+                }
+                const std::vector<float> want = cpu.forward_batch(chunks, cpu_pool);
+                const std::vector<float> got = gpu.forward_logits({chunks, {}, {}, {}}, gpu_pool);
+                ASSERT_EQ(got.size(), want.size());
+                const size_t vocab = size_t(c.vocab_size);
+                for (size_t s = 0; s < chunks.size(); ++s) {
+                    const auto w = std::span(want).subspan(s * vocab, vocab);
+                    const auto g = std::span(got).subspan(s * vocab, vocab);
+                    EXPECT_LT(relative_error(g, w), tolerance)
+                        << "step " << step << " sequence " << s;
+                }
+                for (size_t s = 0; s < seqs.size(); ++s) kv.commit(seqs[s], sequences[s]);
+            }
+            if (graphs) {
+                EXPECT_EQ(gpu.num_graphs_captured(), 1);  // the bucket of 4
+                EXPECT_EQ(gpu.num_graph_launches(), 3);   // every decode step after the first
+            }
+        }
+    }
+
     std::vector<uint8_t> bytes_;
     std::unique_ptr<Model> model_;
     ModelWeights cpu_weights_;
@@ -150,59 +212,77 @@ class CudaRunner : public test::CudaTest {
 TEST_F(CudaRunner, LogitsEqualTheCpuRunnerOverPrefillChunksAndDecodeSteps) {
     SCOPED_TRACE(random_.trace());
     load_tiny({.num_layers = 2, .dim = 96, .num_heads = 6, .num_kv_heads = 2, .ffn_dim = 160});
-    const ModelConfig& c = model_->config;
-    ModelRunner cpu(c, cpu_weights_);
-    for (bool graphs : {true, false}) {
-        SCOPED_TRACE(graphs ? "with CUDA graphs" : "without CUDA graphs");
-        const int64_t num_blocks = 64, block_size = 7;  // 7: chunks end mid-block
-        CudaModelRunner gpu(c, model_->weights,
-                            {.num_kv_blocks = num_blocks,
-                             .block_size = block_size,
-                             .max_tokens_per_step = 32,
-                             .cuda_graphs = graphs});
-        PagedKvCache cpu_pool(c, num_blocks, block_size);
-        PagedKvCache gpu_pool(c, num_blocks, block_size, KvStorage::kDevice);
-        // One set of block tables for both pools: block ids mean the same rows.
-        KvBlockManager kv(cpu_pool, /*enable_prefix_caching=*/false);
-        std::vector<std::vector<TokenId>> sequences = {random_prompt(40), random_prompt(5),
-                                                       random_prompt(1)};
-        std::vector<PagedSequence> seqs;
-        for (size_t s = 0; s < sequences.size(); ++s) seqs.push_back(kv.start(sequences[s]));
+    ModelRunner cpu(model_->config, cpu_weights_);
+    expect_logits_match(cpu, {}, 3e-2);
+}
 
-        // Each step: per sequence, how many of its uncomputed tokens to run.
-        // Step 0: prefill chunks; step 1: the rest of a prompt beside a
-        // decode token; then decode-only steps (a graph's bucket of 4 for 3).
-        const std::vector<std::vector<int64_t>> schedule = {{25, 5, 1}, {15, 1, 1}, {1, 1, 1},
-                                                            {1, 1, 1},  {1, 1, 1},  {1, 1, 1}};
-        for (size_t step = 0; step < schedule.size(); ++step) {
-            std::vector<SequenceChunk> chunks;
-            for (size_t s = 0; s < seqs.size(); ++s) {
-                const int64_t start = seqs[s].num_computed_tokens;
-                const int64_t count = schedule[step][s];
-                if (start + count > int64_t(sequences[s].size())) {
-                    sequences[s].push_back(TokenId(random_.integer(0, c.vocab_size - 1)));
-                }
-                ASSERT_TRUE(kv.reserve(seqs[s], count));
-                chunks.push_back(
-                    {StepInput{std::span(sequences[s]).subspan(size_t(start), size_t(count)),
-                               start},
-                     &seqs[s].table});
-            }
-            const std::vector<float> want = cpu.forward_batch(chunks, cpu_pool);
-            const std::vector<float> got = gpu.forward_logits({chunks, {}, {}, {}}, gpu_pool);
-            ASSERT_EQ(got.size(), want.size());
-            const size_t vocab = size_t(c.vocab_size);
-            for (size_t s = 0; s < chunks.size(); ++s) {
-                const auto w = std::span(want).subspan(s * vocab, vocab);
-                const auto g = std::span(got).subspan(s * vocab, vocab);
-                EXPECT_LT(relative_error(g, w), 3e-2) << "step " << step << " sequence " << s;
-            }
-            for (size_t s = 0; s < seqs.size(); ++s) kv.commit(seqs[s], sequences[s]);
+// Native weights (issue 48): the Q4_0/Q4_1/Q8_0 projections stay blocks on
+// the GPU, so the CPU runner keeps the same blocks (its exact mode: fp32
+// activations against the dequantized weights) and only the tensors the
+// GPU holds in bf16 (embedding, norms) are rounded. The schedule runs both
+// native paths: prefill chunks of 15-25 tokens through dequantize + cuBLAS,
+// decode steps of 3-4 sequences through the quantized GEMV, whose int8
+// activations add about 0.5% of rounding per projection to the bf16
+// activations' 3e-2 (quant_gemv.h); hence 5e-2. The head is untied and
+// quantized, so it is a native matrix too. The Q4_1 model with
+// GpuWeights::kBf16 keeps issue 7's bound against bf16-rounded weights.
+TEST_F(CudaRunner, NativeQuantizedWeightsGiveTheCpuRunnersLogits) {
+    SCOPED_TRACE(random_.trace());
+    for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ4_0, GgmlType::kQ8_0}) {
+        SCOPED_TRACE(std::string(ggml_type_traits(type).name));
+        load_tiny({.num_layers = 2,
+                   .dim = 96,
+                   .num_heads = 6,
+                   .num_kv_heads = 2,
+                   .ffn_dim = 160,
+                   .weight_type = type,
+                   .tied_embeddings = false});
+        ModelWeights native_cpu = model_->weights;
+        round_to_bf16(native_cpu.output_norm);
+        round_to_bf16(native_cpu.token_embedding);
+        for (LayerWeights& l : native_cpu.layers) {
+            for (auto* t : {&l.attn_norm, &l.ffn_norm}) round_to_bf16(*t);
         }
-        if (graphs) {
-            EXPECT_EQ(gpu.num_graphs_captured(), 1);  // the bucket of 4
-            EXPECT_EQ(gpu.num_graph_launches(), 3);   // every decode step after the first
+        ModelRunner cpu(model_->config, native_cpu);
+        expect_logits_match(cpu, {.weights = GpuWeights::kNative}, 5e-2);
+        if (type == GgmlType::kQ4_1) {  // once: the bf16 path does not depend on the format
+            ModelRunner cpu_bf16(model_->config, cpu_weights_);
+            expect_logits_match(cpu_bf16, {.weights = GpuWeights::kBf16}, 3e-2);
         }
+    }
+}
+
+// Heads 64 wide: the prefill chunks run on the tensor-core kernel
+// (paged_prefill_attention_mma.h), or on the scalar one when it is forced.
+TEST_F(CudaRunner, LogitsEqualTheCpuRunnerWithTensorCoreOrScalarPrefill) {
+    SCOPED_TRACE(random_.trace());
+    load_tiny({.num_layers = 2, .dim = 128, .num_heads = 2, .num_kv_heads = 1, .ffn_dim = 160});
+    ASSERT_EQ(model_->config.head_dim, 64);
+    ModelRunner cpu(model_->config, cpu_weights_);
+    for (bool tensor_cores : {true, false}) {
+        SCOPED_TRACE(tensor_cores ? "tensor-core prefill" : "scalar prefill (forced)");
+        expect_logits_match(cpu, {.tensor_core_prefill = tensor_cores}, 3e-2);
+    }
+}
+
+TEST_F(CudaRunner, NativeWeightsHoldTheFilesBytesForQuantizedProjections) {
+    SCOPED_TRACE(random_.trace());
+    load_tiny({.num_layers = 2,
+               .dim = 96,
+               .num_heads = 6,
+               .num_kv_heads = 2,
+               .ffn_dim = 160,
+               .weight_type = GgmlType::kQ4_1,
+               .tied_embeddings = false});
+    for (GpuWeights kind : {GpuWeights::kNative, GpuWeights::kBf16}) {
+        int64_t want = 0;  // what the CLI sizes the KV pool beside (cuda_tensor_bytes)
+        for (const GgufTensorInfo& tensor : model_->file.tensors()) {
+            want += cuda_tensor_bytes(tensor.type, tensor.num_elements(),
+                                      tensor.name == "token_embd.weight", kind);
+        }
+        CudaModelRunner gpu(model_->config, model_->weights,
+                            {.num_kv_blocks = 16, .block_size = 16, .weights = kind});
+        EXPECT_EQ(gpu.weight_bytes(), want) << gpu_weights_name(kind);
     }
 }
 

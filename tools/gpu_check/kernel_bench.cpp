@@ -7,9 +7,9 @@
 // kernel on a size that fills the chip and prints its rate as a fraction of
 // the matching ceiling: bytes moved (each input read once, each output
 // written once) over time for the memory-bound kernels, FLOPs over time for
-// prefill attention. Plain and fast versions of a kernel run on the same
-// inputs, one after the other. Times are CUDA-event
-// medians of 20 launches after 3 warm-ups, on random inputs (never zeros).
+// prefill attention (scalar and tensor-core, causal FLOPs only). Plain and fast versions of a
+// kernel run on the same inputs, one after the other. Times are CUDA-event medians of 20 launches
+// after 3 warm-ups, on random inputs (never zeros).
 //
 // `cuda_kernel_bench --splitk-sweep` instead times the split-K decode
 // attention over a grid of (batch, context, splits, minimum piece) on
@@ -17,6 +17,7 @@
 // context), the time paged_decode_num_splits' choice takes against the best
 // split count found: the evidence for its rule.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -35,6 +36,10 @@
 #include "kernels/cuda/norm_kernels.h"
 #include "kernels/cuda/paged_decode_attention.h"
 #include "kernels/cuda/paged_prefill_attention.h"
+#include "kernels/cuda/paged_prefill_attention_mma.h"
+#include "kernels/cuda/quant_dequantize.h"
+#include "kernels/cuda/quant_gemv.h"
+#include "kernels/cuda/quant_layout.h"
 #include "kernels/cuda/rope_kernels.h"
 #include "kernels/cuda/sampling_kernels.h"
 #include "kernels/cuda/softmax_kernels.h"
@@ -80,6 +85,74 @@ void row(const char* name, const std::string& size, double ms, double rate, cons
          double ceiling) {
     std::printf("%-24s %-28s %9.3f %9.1f %-7s %5.0f%%\n", name, size.c_str(), ms, rate, unit,
                 100.0 * rate / ceiling);
+}
+
+// A random (rows, cols) matrix of `type` in the device layout
+// (kernels/cuda/quant_layout.h): random codes, scales ~ ±[0.001, 0.1].
+struct BenchQuantMatrix {
+    cuda::DeviceBuffer<uint8_t> codes;
+    cuda::DeviceBuffer<uint16_t> scales;
+    cuda::QuantMatrixView view;
+};
+
+BenchQuantMatrix random_quant_matrix(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+    const size_t blocks = static_cast<size_t>(rows * cols / 32);
+    std::vector<uint8_t> codes(blocks * static_cast<size_t>(cuda::quant_code_bytes(type)));
+    std::vector<uint16_t> scales(blocks * static_cast<size_t>(cuda::quant_scale_halves(type)));
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> scale(0.001f, 0.1f);
+    for (uint8_t& c : codes) c = static_cast<uint8_t>(byte(rng));
+    for (uint16_t& s : scales) {
+        const __half_raw raw = __half(byte(rng) % 2 ? scale(rng) : -scale(rng));
+        s = raw.x;
+    }
+    BenchQuantMatrix m{
+        cuda::DeviceBuffer<uint8_t>(codes.size()), cuda::DeviceBuffer<uint16_t>(scales.size()), {}};
+    m.codes.upload(codes);
+    m.scales.upload(scales);
+    m.view = {type, m.codes.data(), m.scales.data(), rows, cols};
+    return m;
+}
+
+// The quantized GEMVs and the dequantize kernel (issue 48) on Llama-3.1-8B's
+// gate/up shape (14336 x 4096): GB/s of the bytes each actually reads (the
+// matrix's codes and scales, the activations) and writes, as a share of the
+// copy's HBM bandwidth. The fast GEMV is timed alone: its activations are
+// quantized once per input and shared by the projections that read it.
+void quant_rows(std::mt19937& rng, double copy_gbs) {
+    const double GB = 1e9;
+    const int64_t rows = 14336, cols = 4096;
+    for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ8_0}) {
+        const BenchQuantMatrix w = random_quant_matrix(type, rows, cols, rng);
+        const std::string type_name = type == GgmlType::kQ4_1 ? "Q4_1" : "Q8_0";
+        for (int64_t tokens : {int64_t(1), int64_t(8)}) {
+            auto x = random_buffer<bf16>(static_cast<size_t>(tokens * cols), rng);
+            cuda::DeviceBuffer<bf16> y(static_cast<size_t>(tokens * rows));
+            cuda::DeviceBuffer<int8_t> x_codes(static_cast<size_t>(tokens * cols));
+            cuda::DeviceBuffer<float2> x_scales(static_cast<size_t>(tokens * cols / 32));
+            const cuda::QuantizedActivationsView xq{x_codes.data(), x_scales.data(), tokens, cols};
+            cuda::quantize_activations_int8(x.data(), xq, 0);
+            const std::string size = type_name + " 14336x4096, " + std::to_string(tokens) + " tok";
+            const double out_bytes = 2.0 * double(tokens * rows);
+            const double plain_ms =
+                median_ms([&] { cuda::quant_gemv_plain(w.view, x.data(), y.data(), tokens, 0); });
+            const double plain_bytes =
+                double(w.view.bytes()) + 2.0 * double(tokens * cols) + out_bytes;
+            row("quant gemv plain (HBM)", size, plain_ms, plain_bytes / (plain_ms / 1e3) / GB,
+                "GB/s", copy_gbs);
+            const double fast_ms =
+                median_ms([&] { cuda::quant_gemv_fast(w.view, xq, y.data(), 0); });
+            const double fast_bytes =
+                double(w.view.bytes()) + 1.25 * double(tokens * cols) + out_bytes;
+            row("quant gemv fast (HBM)", size, fast_ms, fast_bytes / (fast_ms / 1e3) / GB, "GB/s",
+                copy_gbs);
+        }
+        cuda::DeviceBuffer<bf16> dense(static_cast<size_t>(rows * cols));
+        const double ms = median_ms([&] { cuda::dequantize_to_bf16(w.view, dense.data(), 0); });
+        const double bytes = double(w.view.bytes()) + 2.0 * double(rows * cols);
+        row("dequantize to bf16", type_name + " 14336x4096", ms, bytes / (ms / 1e3) / GB, "GB/s",
+            copy_gbs);
+    }
 }
 
 // One (batch, context) of the sweep: every sequence has `context` keys.
@@ -382,9 +455,21 @@ int main(int argc, char** argv) {
                                                tables_gpu.data(), starts_gpu.data(),
                                                lens_gpu.data(), out.data(), shape, 0);
         });
+        // Only the pairs under the diagonal count: len (len + 1) / 2 per
+        // head, each a d-long q·k and a d-long p·v (2 FLOPs per element).
         const double flops = 4.0 * head_dim * heads * seqs * (double(len) * (len + 1) / 2);
         row("prefill attention", "8 x 2048, 32:8 x 128", ms, flops / (ms / 1e3) / 1e12, "TFLOP/s",
             gemm_tflops);
+        // The tensor-core kernel on the same inputs, against the same cuBLAS
+        // rate (the issue's target: 40 % of it).
+        const double mma_ms = median_ms([&] {
+            cuda::paged_prefill_attention_mma_bf16(q.data(), keys.data(), values.data(),
+                                                   tables_gpu.data(), starts_gpu.data(),
+                                                   lens_gpu.data(), out.data(), shape, 0);
+        });
+        row("prefill attn (mma.sync)", "8 x 2048, 32:8 x 128", mma_ms,
+            flops / (mma_ms / 1e3) / 1e12, "TFLOP/s", gemm_tflops);
     }
+    quant_rows(rng, copy_gbs);
     return 0;
 }

@@ -357,6 +357,7 @@ class LabBuild:
     link_command: list       # the lab's reference test binary's link command
     test_filter: str         # the graded tests, as an explicit gtest filter
     timeout_s: float
+    baseline_s: float        # how long the unmutated tests took
 
 
 def load_manifest(lab):
@@ -428,7 +429,7 @@ def prepare(lab, build_dir, jobs, build=True, visibility="all"):
     seconds = time.monotonic() - started
     if baseline != "survived":
         raise BuildError(f"{binary} fails its own graded tests ({baseline}); fix that first")
-    return LabBuild(lab, build_dir, commands, link, test_filter, max(30.0, 10 * seconds))
+    return LabBuild(lab, build_dir, commands, link, test_filter, max(30.0, 10 * seconds), seconds)
 
 
 def run_tests(binary, test_filter, timeout_s, seed):
@@ -565,6 +566,12 @@ def main(argv=None):
         except BuildError as error:
             print(f"mutate: {lab}: {error}", file=sys.stderr)
             return 2
+        if args.smoke:
+            # A smoke run asks only that its mutants die, and a mutant that
+            # loops forever dies as surely at 3x the tests' time as at 10x
+            # (the full run's margin against a slow machine).
+            lab_build = dataclasses.replace(lab_build,
+                                            timeout_s=max(10.0, 3 * lab_build.baseline_s))
         print(f"mutate: {lab}: {len(mutants)} mutants, {args.jobs} at a time "
               f"(tests time out after {lab_build.timeout_s:.0f} s)", file=sys.stderr, flush=True)
         outcomes = []
