@@ -210,9 +210,10 @@ __global__ void __launch_bounds__(kThreads)
     // BEGIN SOLUTION lab09 (paged_prefill_mma_kernel)
     // HINT: grid (query tile, head, sequence), x reversed; warp w owns rows 16w..16w+15.
     // HINT: causal skip: load only the tiles of keys 0..(position of the block's last row).
-    // HINT: per tile: wait K, warp_scores, barrier, load the next K; scale, mask key > position,
-    // HINT: m_new = max(m, quad_max(tile max)); r = exp2(m - m_new); acc *= r; sum = sum * r +
-    // HINT: sum of p; scores_to_p_fragments; wait V, warp_accumulate_pv, barrier, load next V.
+    // HINT: per tile: wait K, warp_scores, barrier, load the next K;
+    // HINT: scale, mask key > position; m_new = max(m, quad_max(tile max));
+    // HINT: r = exp2(m - m_new); acc *= r; sum = sum * r + sum of p;
+    // HINT: scores_to_p_fragments; wait V, warp_accumulate_pv, barrier, load the next V.
     __shared__ alignas(16) bf16 keys[kKeyTile * kRowStride<kDim>];
     __shared__ alignas(16) bf16 values[kKeyTile * kRowStride<kDim>];
 

@@ -47,7 +47,8 @@ class Params {
         for (const auto& [keyword, value] : args.keywords) {
             const auto it = std::find(names_.begin(), names_.end(), keyword);
             if (it == names_.end()) {
-                throw Error(function_ + "() got an unexpected keyword argument " + in_quotes(keyword));
+                throw Error(function_ + "() got an unexpected keyword argument " +
+                            in_quotes(keyword));
             }
             if (size_t(it - names_.begin()) < args.positional.size()) {
                 throw Error(function_ + "() got multiple values for " + in_quotes(keyword));
@@ -69,7 +70,8 @@ class Params {
     }
     Value required(size_t index) const {
         const Value* value = find(index);
-        if (!value) throw Error(function_ + "() is missing its argument " + in_quotes(names_[index]));
+        if (!value)
+            throw Error(function_ + "() is missing its argument " + in_quotes(names_[index]));
         return *value;
     }
     std::string string(size_t index, std::string fallback) const {

@@ -211,9 +211,10 @@ __global__ void __launch_bounds__(kThreads)
                              float scale_log2) {
     // TODO(lab09): grid (query tile, head, sequence), x reversed; warp w owns rows 16w..16w+15.
     // TODO(lab09): causal skip: load only the tiles of keys 0..(position of the block's last row).
-    // TODO(lab09): per tile: wait K, warp_scores, barrier, load the next K; scale, mask key > position,
-    // TODO(lab09): m_new = max(m, quad_max(tile max)); r = exp2(m - m_new); acc *= r; sum = sum * r +
-    // TODO(lab09): sum of p; scores_to_p_fragments; wait V, warp_accumulate_pv, barrier, load next V.
+    // TODO(lab09): per tile: wait K, warp_scores, barrier, load the next K;
+    // TODO(lab09): scale, mask key > position; m_new = max(m, quad_max(tile max));
+    // TODO(lab09): r = exp2(m - m_new); acc *= r; sum = sum * r + sum of p;
+    // TODO(lab09): scores_to_p_fragments; wait V, warp_accumulate_pv, barrier, load the next V.
     if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0)
         printf("not implemented: lab09: paged_prefill_mma_kernel (this kernel writes nothing)\n");
 }
