@@ -201,6 +201,16 @@ void launch(const __nv_bfloat16* q, const __nv_bfloat16* key_pool, const __nv_bf
 
 }  // namespace
 
+void check_prefill_shape(const PagedPrefillShape& shape, const std::string& kernel) {
+    if (shape.num_kv_heads < 1 || shape.num_heads % shape.num_kv_heads != 0) {
+        throw Error(kernel + ": num_kv_heads must divide num_heads");
+    }
+    if (shape.block_size < 1) throw Error(kernel + ": block_size must be >= 1");
+    if (shape.num_heads > kMaxGridYZ || shape.num_seqs > kMaxGridYZ) {
+        throw Error(kernel + ": more than 65535 heads or sequences in one launch");
+    }
+}
+
 void paged_prefill_attention_bf16(const __nv_bfloat16* q, const __nv_bfloat16* key_pool,
                                   const __nv_bfloat16* value_pool, const int32_t* block_tables,
                                   const int32_t* query_start, const int32_t* context_lens,
@@ -210,13 +220,7 @@ void paged_prefill_attention_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k
         throw Error("paged_prefill_attention: head_dim " + std::to_string(shape.head_dim) +
                     " is not supported (1.." + std::to_string(kMaxHeadDim) + ")");
     }
-    if (shape.num_kv_heads < 1 || shape.num_heads % shape.num_kv_heads != 0) {
-        throw Error("paged_prefill_attention: num_kv_heads must divide num_heads");
-    }
-    if (shape.block_size < 1) throw Error("paged_prefill_attention: block_size must be >= 1");
-    if (shape.num_heads > kMaxGridYZ || shape.num_seqs > kMaxGridYZ) {
-        throw Error("paged_prefill_attention: more than 65535 heads or sequences in one launch");
-    }
+    check_prefill_shape(shape, "paged_prefill_attention");
     if (shape.num_seqs == 0 || shape.max_query_len == 0 || shape.num_heads == 0) return;
     if (shape.head_dim <= 64) {
         launch<64>(q, key_pool, value_pool, block_tables, query_start, context_lens, out, shape,

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 namespace servelab::cuda {
 
@@ -34,6 +35,12 @@ struct PagedPrefillShape {
     int64_t block_size = 0;
     int64_t max_blocks_per_seq = 0;  // the row stride of block_tables
 };
+
+// Throws servelab::Error, naming `kernel`, for a shape no prefill kernel
+// takes: KV heads that do not divide the query heads, a block size under
+// 1, more heads or sequences than a grid dimension holds (65535). Each
+// kernel checks its own head widths first.
+void check_prefill_shape(const PagedPrefillShape& shape, const std::string& kernel);
 
 // q, out:       (num_query_tokens, num_heads, head_dim) bf16
 // key_pool, value_pool: (num_blocks · block_size, num_kv_heads, head_dim) bf16

@@ -26,6 +26,7 @@
 #include "reference/constrained/mask_walk.h"
 #include "reference/constrained/regex_grammar.h"
 #include "tests/unit/grammar_oracle.h"
+#include "tests/unit/grammar_test_util.h"
 #include "tests/unit/json_schema_validator_oracle.h"
 #include "tests/unit/mask_oracle.h"
 #include "tests/unit/test_util.h"
@@ -34,14 +35,6 @@ namespace servelab {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-std::shared_ptr<const CompiledGrammar> compile(const Grammar& g,
-                                               std::shared_ptr<const TokenVocabulary> v,
-                                               bool cache) {
-    GrammarCompileOptions options;
-    options.mask_cache = cache;
-    return CompiledGrammar::compile(g, std::move(v), options);
-}
 
 // Tokens sharing long prefixes: every prefix of each word, and each word
 // with a few random tails.
@@ -97,7 +90,8 @@ TEST(HiddenLab12MaskWalk, RegexGrammarsOnDeepTries) {
          {R"((abc)+d?[0-9]{2,4})", R"(\d{4}-\d{2}-\d{2} (INFO|WARN|ERROR) [a-z]+\.)",
           R"([a-c]*(x\.y\.z|abd)+)", R"((a|aa|aaa)*b?)"}) {
         const Grammar g = regex_grammar(pattern);
-        check_masks_along_walks(compile(g, v, false), compile(g, v, true), 3, 20, random,
+        check_masks_along_walks(test::compile_grammar(g, v, false),
+                                test::compile_grammar(g, v, true), 3, 20, random,
                                 std::string("regex ") + pattern);
         if (HasFatalFailure()) return;
     }
@@ -145,7 +139,8 @@ item ::= [a-zé]+ | "(" list ")" | "中" [0-9]?
                                         "a,b",
                                         ",\xC3",
                                         "x"});
-    check_masks_along_walks(compile(g, v, false), compile(g, v, true), 6, 24, random, "GBNF");
+    check_masks_along_walks(test::compile_grammar(g, v, false), test::compile_grammar(g, v, true),
+                            6, 24, random, "GBNF");
 }
 
 // Every inner node as the root of a walk: visited exactly the nodes below
@@ -154,7 +149,7 @@ TEST(HiddenLab12MaskWalk, EveryInnerNodeAsTheRoot) {
     test::RandomSource random;
     const Grammar g = regex_grammar(R"((ab|abc|b)*c?[0-9]{0,2})");
     const auto v = deep_vocabulary({"ababab", "abcab", "bbbc", "c12", "abc9"}, random.engine());
-    const auto compiled = compile(g, v, false);
+    const auto compiled = test::compile_grammar(g, v, false);
     const TokenTrie& trie = compiled->trie();
     const auto& nodes = trie.nodes();
     // The bytes of each node from the trie's root.
@@ -201,7 +196,7 @@ TEST(HiddenLab12MaskWalk, OneScratchAcrossUnrelatedStates) {
     const auto v =
         test::vocabulary_of({"x",  "y",  "a", "b",  "c",  "a1", "b1", "c1", "ab",  "bb", "cb",
                              "a!", "b!", "1", "12", "bz", "!",  "xa", "ya", "xa1", "yab"});
-    const auto compiled = compile(g, v, false);
+    const auto compiled = test::compile_grammar(g, v, false);
     MaskScratch scratch(g);
     StackStepper stepper(g);
     for (int round = 0; round < 40; ++round) {
@@ -248,7 +243,7 @@ ws ::= [ ]?
     const auto v = test::vocabulary_of(
         {"{",   "}", "\"", ":",  ",",  " ",   "a",   "b",    "ab", "\":", "\": ", "\":\"", "\",",
          "\"}", "1", "12", "1,", "2}", " \"", "{\"", ", \"", "x",  "xy",  "y\"",  "z"});
-    const auto compiled = compile(g, v, false);
+    const auto compiled = test::compile_grammar(g, v, false);
     for (int round = 0; round < 6; ++round) {
         GrammarMatcher m(compiled);
         std::vector<std::string> outputs = {""};  // outputs[k]: after k tokens (and bytes since)
@@ -294,7 +289,7 @@ TEST(HiddenLab12Matcher, TwoEndTokensAndRefusalsAfterTheEnd) {
     auto v = std::make_shared<TokenVocabulary>();
     v->token_bytes = {"a", "b", "", "", "ab"};  // 2 and 3 end the output
     v->end_tokens = {2, 3};
-    GrammarMatcher m(compile(parse_gbnf(R"(root ::= "a" "b"?)"), v, false));
+    GrammarMatcher m(test::compile_grammar(parse_gbnf(R"(root ::= "a" "b"?)"), v, false));
     EXPECT_FALSE(m.accept_token(2));
     EXPECT_FALSE(m.accept_token(3));
     ASSERT_TRUE(m.accept_token(0));

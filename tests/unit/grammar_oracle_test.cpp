@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -88,6 +89,21 @@ Rules random_rules(RandomSource& random) {
     return rules;
 }
 
+// The engine's grammar of `rules` (rule r named "r<r>", the root r0), or
+// nullopt when the builder refuses it (left recursion).
+std::optional<Grammar> engine_grammar(const Rules& rules) {
+    GrammarBuilder builder;
+    for (size_t r = 0; r < rules.size(); ++r) builder.rule(fmt::format("r{}", r));
+    for (size_t r = 0; r < rules.size(); ++r) {
+        for (const auto& alternative : rules[r]) builder.add_alternative(int32_t(r), alternative);
+    }
+    try {
+        return builder.build("r0");
+    } catch (const GrammarError&) {
+        return std::nullopt;
+    }
+}
+
 std::vector<std::string> all_strings() {
     std::vector<std::string> strings = {""};
     for (size_t i = 0; i < strings.size(); ++i) {
@@ -104,18 +120,9 @@ TEST(GrammarOracle, AgreesWithBruteForceOnSmallGrammars) {
     int num_grammars = 0;
     for (int trial = 0; trial < 400; ++trial) {
         const Rules rules = random_rules(random);
-        GrammarBuilder builder;
-        for (size_t r = 0; r < rules.size(); ++r) builder.rule(fmt::format("r{}", r));
-        for (size_t r = 0; r < rules.size(); ++r) {
-            for (const auto& alternative : rules[r])
-                builder.add_alternative(int32_t(r), alternative);
-        }
-        Grammar g;
-        try {
-            g = builder.build("r0");
-        } catch (const GrammarError&) {
-            continue;  // left-recursive: not a grammar the engine takes
-        }
+        const std::optional<Grammar> built = engine_grammar(rules);
+        if (!built) continue;  // left-recursive: not a grammar the engine takes
+        const Grammar& g = *built;
         ++num_grammars;
         SCOPED_TRACE("grammar\n" + g.to_string());
         const Language language = bounded_languages(rules)[0];
@@ -142,18 +149,9 @@ TEST(GrammarOracle, ContinuationsAgreeWithWholeRuns) {
     const std::vector<std::string> strings = all_strings();
     for (int trial = 0; trial < 60; ++trial) {
         const Rules rules = random_rules(random);
-        GrammarBuilder builder;
-        for (size_t r = 0; r < rules.size(); ++r) builder.rule(fmt::format("r{}", r));
-        for (size_t r = 0; r < rules.size(); ++r) {
-            for (const auto& alternative : rules[r])
-                builder.add_alternative(int32_t(r), alternative);
-        }
-        Grammar g;
-        try {
-            g = builder.build("r0");
-        } catch (const GrammarError&) {
-            continue;
-        }
+        const std::optional<Grammar> built = engine_grammar(rules);
+        if (!built) continue;  // left-recursive: not a grammar the engine takes
+        const Grammar& g = *built;
         SCOPED_TRACE("grammar\n" + g.to_string());
         for (size_t split = 0; split <= 2; ++split) {
             for (const std::string& prefix : strings) {

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -20,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "reference/constrained/compiled_grammar.h"
 #include "reference/constrained/grammar.h"
 #include "reference/constrained/token_vocabulary.h"
 #include "reference/constrained/utf8_ranges.h"
@@ -191,6 +193,15 @@ inline Grammar wide_object_grammar(int properties, int max_length) {
     }
     b.add_alternative(root, seq({symbols, ref(j.ws), lit("}")}));
     return b.build("root");
+}
+
+// `g` compiled for `vocabulary`, with or without the mask cache (without
+// it, every mask is the plain trie walk).
+inline std::shared_ptr<const CompiledGrammar> compile_grammar(
+    const Grammar& g, std::shared_ptr<const TokenVocabulary> vocabulary, bool mask_cache) {
+    GrammarCompileOptions options;
+    options.mask_cache = mask_cache;
+    return CompiledGrammar::compile(g, std::move(vocabulary), options);
 }
 
 // A made-up vocabulary of `size` tokens: every single byte, pieces of

@@ -35,14 +35,6 @@ using test::ref;
 using test::seq;
 using test::set;
 
-std::shared_ptr<const CompiledGrammar> compiled_for(const Grammar& g,
-                                                    std::shared_ptr<const TokenVocabulary> v,
-                                                    bool mask_cache) {
-    GrammarCompileOptions options;
-    options.mask_cache = mask_cache;
-    return CompiledGrammar::compile(g, std::move(v), options);
-}
-
 // The walk's mask at the matcher's state, against `want` (the definition).
 void expect_walk_mask(const GrammarMatcher& m, const std::string& output, const TokenBitmask& want,
                       const std::string& where) {
@@ -152,7 +144,7 @@ TEST(MaskWalk, AllowsExactlyTheTokensWhoseBytesAllStayInTheLanguage) {
     test::RandomSource random;
     const auto vocabulary =
         std::make_shared<TokenVocabulary>(test::synthetic_vocabulary(500, random.seed()));
-    const auto compiled = compiled_for(test::json_like_grammar(), vocabulary, false);
+    const auto compiled = test::compile_grammar(test::json_like_grammar(), vocabulary, false);
     random_walks(compiled, 3, 30, random, "JSON-like grammar",
                  [](const auto&... args) { expect_walk_mask(args...); });
 }
@@ -161,7 +153,7 @@ TEST(MaskWalk, TokensThatCrossRuleBoundaries) {
     // A document fed one byte at a time: at every byte boundary the mask must
     // hold the tokens that finish a string and go on into ":" or "}".
     const Grammar g = key_value_grammar();
-    const auto compiled = compiled_for(g, test::vocabulary_of(key_value_tokens()), false);
+    const auto compiled = test::compile_grammar(g, test::vocabulary_of(key_value_tokens()), false);
     for (const std::string document : {"{\"k\":\"abc\"}", "{ \"k\" : 12 }"}) {
         GrammarMatcher m(compiled);
         for (size_t i = 0; i <= document.size(); ++i) {
@@ -204,7 +196,7 @@ TEST(MaskWalk, TokensThatCutAUtf8Character) {
                                              "\x9F\x98\x80\"",
                                              "é\"",
                                              "\"é"};
-    const auto compiled = compiled_for(g, test::vocabulary_of(tokens), false);
+    const auto compiled = test::compile_grammar(g, test::vocabulary_of(tokens), false);
     for (const std::string document : {"\"é中😀\"", "\"aé\""}) {
         GrammarMatcher m(compiled);
         for (size_t i = 0; i <= document.size(); ++i) {
@@ -222,7 +214,7 @@ TEST(MaskWalk, RandomGrammarsAndVocabularies) {
         const Grammar g = test::random_productive_grammar(random.engine(), "abc");
         const auto vocabulary = letter_vocabulary("abcd", 40, random.engine());
         try {
-            const auto compiled = compiled_for(g, vocabulary, false);
+            const auto compiled = test::compile_grammar(g, vocabulary, false);
             random_walks(compiled, 2, 8, random, "random grammar\n" + g.to_string(),
                          [](const auto&... args) { expect_walk_mask(args...); });
             ++walked;
@@ -239,7 +231,7 @@ TEST(MaskWalk, ClearsTheMaskAndReusesItsScratch) {
     test::RandomSource random;
     const Grammar g = key_value_grammar();
     const auto vocabulary = test::vocabulary_of(key_value_tokens());
-    const auto compiled = compiled_for(g, vocabulary, false);
+    const auto compiled = test::compile_grammar(g, vocabulary, false);
     MaskScratch scratch(compiled->grammar());
     StackStepper stepper(compiled->grammar());
     const StackSet start = stepper.initial_stacks();
@@ -329,7 +321,7 @@ void check_visits(const Grammar& g, const TokenTrie& trie, int32_t root,
 
 TEST(MaskWalk, VisitsEveryNodeWhoseBytesAreTakenWithTheirStacks) {
     const Grammar g = key_value_grammar();
-    const auto compiled = compiled_for(g, test::vocabulary_of(key_value_tokens()), false);
+    const auto compiled = test::compile_grammar(g, test::vocabulary_of(key_value_tokens()), false);
     const TokenTrie& trie = compiled->trie();
     check_visits(g, trie, 0, "");
     check_visits(g, trie, 0, "{\"k\":\"a");
@@ -346,7 +338,7 @@ TEST(MaskWalk, VisitsFromInnerNodesOfRandomTries) {
     for (int trial = 0; trial < 20; ++trial) {
         const Grammar g = test::random_productive_grammar(random.engine(), "abc");
         const auto vocabulary = letter_vocabulary("abcd", 30, random.engine());
-        const auto compiled = compiled_for(g, vocabulary, false);
+        const auto compiled = test::compile_grammar(g, vocabulary, false);
         const TokenTrie& trie = compiled->trie();
         for (const std::string root : {"", "a", "b", "ab", "c"}) {
             const int32_t node = root.empty() ? 0 : node_of(trie, root);
@@ -362,7 +354,7 @@ TEST(MaskWalk, VisitsFromInnerNodesOfRandomTries) {
 
 TEST(MaskWalk, AVisitorThatSaysNoPrunesTheSubtree) {
     const Grammar g = key_value_grammar();
-    const auto compiled = compiled_for(g, test::vocabulary_of(key_value_tokens()), false);
+    const auto compiled = test::compile_grammar(g, test::vocabulary_of(key_value_tokens()), false);
     const TokenTrie& trie = compiled->trie();
     const std::map<int32_t, std::string> paths = paths_below(trie, 0);
     StackStepper stepper(g);
@@ -391,7 +383,7 @@ TEST(CachedMask, EqualsTheDefinitionOnJson) {
     test::RandomSource random;
     const auto vocabulary =
         std::make_shared<TokenVocabulary>(test::synthetic_vocabulary(600, random.seed()));
-    const auto compiled = compiled_for(test::json_like_grammar(), vocabulary, true);
+    const auto compiled = test::compile_grammar(test::json_like_grammar(), vocabulary, true);
     random_walks(compiled, 3, 30, random, "JSON-like grammar",
                  [](const auto&... args) { expect_cached_mask(args...); });
 }
@@ -403,7 +395,7 @@ TEST(CachedMask, EqualsTheDefinitionOnRandomGrammars) {
         const Grammar g = test::random_productive_grammar(random.engine(), "abc");
         try {
             const auto compiled =
-                compiled_for(g, letter_vocabulary("abcd", 40, random.engine()), true);
+                test::compile_grammar(g, letter_vocabulary("abcd", 40, random.engine()), true);
             random_walks(compiled, 2, 8, random, "random grammar\n" + g.to_string(),
                          [](const auto&... args) { expect_cached_mask(args...); });
             ++walked;
@@ -425,7 +417,7 @@ TEST(CachedMask, DecidesTokensThatRunPastTheirRuleByTheContext) {
     b.add_alternative(root, seq({lit("["), ref(str), lit(","), ref(str), lit("]")}));
     b.add_alternative(root, seq({lit("{"), ref(str), lit(":"), ref(str), lit("}")}));
     const Grammar g = b.build("root");
-    const auto compiled = compiled_for(
+    const auto compiled = test::compile_grammar(
         g,
         test::vocabulary_of({"[", "{", "\"", "a", "ab", "\",", "\":", "\"]", "\"}", "b\",\"",
                              "b\":\"", ",", ":", "]", "}", "\"a", "a\"]", "a\"}"}),

@@ -55,7 +55,6 @@ constexpr int kQueryTile = int(kMmaPrefillQueryTile);  // 16 rows per warp
 constexpr int kKeyTile = int(kMmaPrefillKeyTile);
 constexpr int kScoreTiles = kKeyTile / 8;  // the 16×8 mma tiles of one warp's scores
 constexpr int kPadElements = 8;            // 16 bytes per shared row: see the header comment
-constexpr int64_t kMaxGridYZ = 65535;
 constexpr unsigned kFullWarp = 0xffffffffu;
 
 // Elements from one key's row to the next in a shared tile.
@@ -244,14 +243,7 @@ void paged_prefill_attention_mma_bf16(const bf16* q, const bf16* key_pool, const
         throw Error("paged_prefill_attention_mma: head_dim " + std::to_string(shape.head_dim) +
                     " is not supported (64 or 128; the scalar kernel takes the others)");
     }
-    if (shape.num_kv_heads < 1 || shape.num_heads % shape.num_kv_heads != 0) {
-        throw Error("paged_prefill_attention_mma: num_kv_heads must divide num_heads");
-    }
-    if (shape.block_size < 1) throw Error("paged_prefill_attention_mma: block_size must be >= 1");
-    if (shape.num_heads > kMaxGridYZ || shape.num_seqs > kMaxGridYZ) {
-        throw Error(
-            "paged_prefill_attention_mma: more than 65535 heads or sequences in one launch");
-    }
+    check_prefill_shape(shape, "paged_prefill_attention_mma");
     if (shape.num_seqs == 0 || shape.max_query_len == 0 || shape.num_heads == 0) return;
     if (shape.head_dim == 64) {
         launch<64>(q, key_pool, value_pool, block_tables, query_start, context_lens, out, shape,
